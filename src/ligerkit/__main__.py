@@ -1,0 +1,5 @@
+"""``python -m ligerkit``."""
+
+from ligerkit.cli import main
+
+main()

@@ -1,0 +1,144 @@
+"""Every failure the kit can raise.
+
+All errors derive from :class:`LigerKitError`, so a recipe can catch the whole family in one
+``except``. Each subclass names one situation, and each message ends with what to do about it:
+the kit never logs a problem and carries on.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class LigerKitError(Exception):
+    """Base class of every error ligerkit raises on purpose."""
+
+
+class UnknownFamilyError(LigerKitError):
+    """The family is not in Liger's registry (and no custom map was given)."""
+
+    def __init__(self, family: str, known: Iterable[str]):
+        known = sorted(known)
+        close = difflib.get_close_matches(family, known, n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        super().__init__(
+            f"Liger has no helper for model family {family!r}.{hint} "
+            f"For a custom or vendored model use custom_patches={{name: LigerPatch(module, attr, replacement)}}; "
+            f"`ligerkit families` lists the {len(known)} families Liger supports."
+        )
+        self.family = family
+        self.close_matches = tuple(close)
+
+
+class FamilyResolutionError(LigerKitError):
+    """The family could not be read from ``model_name_or_path``."""
+
+
+class UnknownModuleError(LigerKitError):
+    """A module name that no Liger helper knows (official route)."""
+
+    def __init__(self, names: Iterable[str], known: Iterable[str]):
+        names, known = sorted(names), sorted(known)
+        hints = []
+        for name in names:
+            close = difflib.get_close_matches(name, known, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        super().__init__(
+            f"Unknown Liger module name(s): {', '.join(hints)}. Known names: {', '.join(known)}. "
+            "Fix the spelling in `modules`/`excluded_modules`; a name of your own only makes sense as a "
+            "custom_patches key."
+        )
+
+
+class UnsupportedModuleError(LigerKitError):
+    """A module was enabled that the family's helper does not accept."""
+
+    def __init__(self, family: str, names: Iterable[str], accepted: Iterable[str]):
+        super().__init__(
+            f"Liger's helper for {family!r} does not accept {', '.join(sorted(names))} "
+            f"(it accepts: {', '.join(sorted(accepted))}). Remove them from `modules`, or patch that "
+            "component yourself with custom_patches in a second apply() call."
+        )
+
+
+class ModuleConflictError(LigerKitError):
+    """A module is both enabled and excluded."""
+
+    def __init__(self, names: Iterable[str]):
+        names = sorted(names)
+        super().__init__(
+            f"Module(s) {', '.join(names)} are both enabled and listed in excluded_modules; the kit will "
+            "not pick one for you. Either remove them from `modules`/custom_patches, or pass an "
+            "excluded_modules that leaves them out (loss kernels need a loss-compatibility path)."
+        )
+
+
+class LossKernelConflictError(LigerKitError):
+    """cross_entropy and fused_linear_cross_entropy are both on (Liger refuses that combination)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "cross_entropy and fused_linear_cross_entropy cannot both be on: Liger's helpers refuse it. "
+            "Turn one of them off in `modules`."
+        )
+
+
+class NoEffectError(LigerKitError):
+    """An explicitly enabled module produced no swap."""
+
+    def __init__(self, family: str, names: Iterable[str], route: str = "official"):
+        names = ", ".join(sorted(names))
+        if route == "official":
+            text = (
+                f"Liger's helper for {family!r} accepted {names} but swapped nothing for it, so "
+                "enabling it would do nothing. Remove it from `modules` (or set it to false). If it "
+                "was patched earlier by other code, revert that first."
+            )
+        else:
+            text = (
+                f"custom_patches {names} for {family!r}: setting the symbol did not change what the "
+                "module binds (a property or a module-level __getattr__?). Point the LigerPatch at the "
+                "module that really defines the symbol."
+            )
+        super().__init__(text)
+
+
+class PatchImportError(LigerKitError):
+    """A custom patch names a module that does not import."""
+
+
+class MissingSymbolError(LigerKitError):
+    """A custom patch names a symbol its module does not define."""
+
+
+class KindMismatchError(LigerKitError):
+    """A replacement is not of the same kind as the original (class for class, function for function)."""
+
+
+class ConflictingPatchError(LigerKitError):
+    """A symbol already patched by this kit would get a different replacement."""
+
+
+class InvalidPatchError(LigerKitError):
+    """A custom_patches map or a LigerPatch is malformed."""
+
+
+class LateApplyError(LigerKitError):
+    """The built model still contains instances of classes the kit replaced."""
+
+
+class RevertError(LigerKitError):
+    """A patched symbol was changed by someone else since the kit patched it."""
+
+
+class ModelBuildError(LigerKitError):
+    """`plan` could not build the family's model."""
+
+
+class HelperFailedError(LigerKitError):
+    """Liger's own family helper raised (often a transformers version it does not support)."""
+
+
+class InvalidOptionError(LigerKitError):
+    """A command-line option could not be parsed."""

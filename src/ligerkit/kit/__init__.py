@@ -1,0 +1,17 @@
+"""The kit: apply / revert / verify, Liger's family registry, the ledger, the report, the scan."""
+
+from ligerkit.kit.core import LOSS_MODULES, LigerKernelKit
+from ligerkit.kit.custom import LigerPatch
+from ligerkit.kit.report import Application, LigerKernelReport, Swap
+from ligerkit.kit.scan import ScanResult, StaleBinding
+
+__all__ = [
+    "LOSS_MODULES",
+    "Application",
+    "LigerKernelKit",
+    "LigerKernelReport",
+    "LigerPatch",
+    "ScanResult",
+    "StaleBinding",
+    "Swap",
+]

@@ -1,0 +1,213 @@
+"""The custom route: swap symbols of a model's own modeling module from a ``custom_patches`` map.
+
+Every patch is resolved and checked before anything is swapped (the module imports, the symbol
+exists, the replacement is of the same kind), so a bad map leaves the process untouched. The swap
+itself is then measured like the official route: snapshot, set, diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ligerkit.errors import (
+    ConflictingPatchError,
+    InvalidPatchError,
+    KindMismatchError,
+    MissingSymbolError,
+    ModuleConflictError,
+    NoEffectError,
+    PatchImportError,
+)
+from ligerkit.kit.ledger import Ledger
+from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
+from ligerkit.kit.snapshot import Snapshot, owners_of, qualified_name
+
+
+@dataclass(frozen=True)
+class LigerPatch:
+    """Replace ``module.attr`` with ``replacement`` before the model is built.
+
+    Attributes:
+        module: dotted name of the modeling module, e.g. ``"my_pkg.modeling_encoder"``.
+        attr: the symbol to replace, e.g. ``"EncoderRMSNorm"``; ``"Class.method"`` reaches a
+            class attribute.
+        replacement: the Liger class or function to bind there.
+    """
+
+    module: str
+    attr: str
+    replacement: object
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.module, str) or not self.module:
+            raise InvalidPatchError(f"LigerPatch.module must be a dotted module name, got {self.module!r}.")
+        if not isinstance(self.attr, str) or not self.attr:
+            raise InvalidPatchError(f"LigerPatch.attr must be a symbol name, got {self.attr!r}.")
+        if not callable(self.replacement):
+            raise InvalidPatchError(
+                f"LigerPatch replacement for {self.module}.{self.attr} must be a class or a function, "
+                f"got {self.replacement!r}."
+            )
+
+
+CustomPatches = Mapping[str, "LigerPatch | Sequence[LigerPatch]"]
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    name: str
+    patch: LigerPatch
+    module: types.ModuleType
+    owner: object
+    attr: str
+    original: object
+
+
+def _kind(obj: object) -> str:
+    if inspect.isclass(obj):
+        return "class"
+    if inspect.isroutine(obj) or callable(obj):
+        return "function"
+    return "value"
+
+
+def normalize(custom_patches: object) -> list[tuple[str, LigerPatch]]:
+    """Flatten ``{name: patch | [patch, ...]}`` into ``(name, patch)`` pairs, checking its shape."""
+    if not isinstance(custom_patches, Mapping) or not custom_patches:
+        raise InvalidPatchError(
+            "custom_patches must be a non-empty mapping {name: LigerPatch(module, attr, replacement)} "
+            f"(a value may be a list of LigerPatch); got {custom_patches!r}."
+        )
+    pairs = []
+    for name, value in custom_patches.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidPatchError(f"custom_patches keys must be non-empty strings, got {name!r}.")
+        patches = [value] if isinstance(value, LigerPatch) else value
+        if not isinstance(patches, Sequence) or not patches or not all(
+            isinstance(p, LigerPatch) for p in patches
+        ):
+            raise InvalidPatchError(
+                f"custom_patches[{name!r}] must be a LigerPatch or a non-empty list of them, got {value!r}."
+            )
+        pairs.extend((name, p) for p in patches)
+    return pairs
+
+
+def _resolve(name: str, patch: LigerPatch) -> _Resolved:
+    try:
+        module = importlib.import_module(patch.module)
+    except Exception as exc:  # any import failure is the user's to fix, with its cause shown
+        raise PatchImportError(
+            f"custom_patches[{name!r}]: module {patch.module!r} does not import ({type(exc).__name__}: "
+            f"{exc}). It must be importable before the model is built: check the dotted path and that "
+            "its package is on sys.path."
+        ) from exc
+    *path, attr = patch.attr.split(".")
+    owner: object = module
+    for part in path:
+        if not hasattr(owner, part):
+            raise _missing(name, patch, owner, part)
+        owner = getattr(owner, part)
+    if not isinstance(owner, (types.ModuleType, type)):
+        raise InvalidPatchError(
+            f"custom_patches[{name!r}]: {patch.module}.{'.'.join(path)} is not a module or class, so "
+            f"{attr!r} cannot be patched on it."
+        )
+    if not hasattr(owner, attr):
+        raise _missing(name, patch, owner, attr)
+    original = getattr(owner, attr)
+    if _kind(original) != _kind(patch.replacement):
+        raise KindMismatchError(
+            f"custom_patches[{name!r}]: {patch.module}.{patch.attr} is a {_kind(original)} "
+            f"({qualified_name(original)}) but the replacement {qualified_name(patch.replacement)} is a "
+            f"{_kind(patch.replacement)}. Replace a class with a class (an nn.Module) and a function "
+            "with a function."
+        )
+    return _Resolved(name, patch, module, owner, attr, original)
+
+
+def _missing(name: str, patch: LigerPatch, owner: object, attr: str) -> MissingSymbolError:
+    candidates = [n for n in dir(owner) if not n.startswith("__")]
+    close = difflib.get_close_matches(attr, candidates, n=3, cutoff=0.5)
+    hint = f" Similar names there: {', '.join(close)}." if close else ""
+    return MissingSymbolError(
+        f"custom_patches[{name!r}]: {patch.module} has no symbol {patch.attr!r} (renamed upstream?)."
+        f"{hint} Update the LigerPatch to the symbol the modeling file defines now."
+    )
+
+
+def apply_custom(
+    label: str | None,
+    custom_patches: object,
+    excluded: Sequence[str],
+    ledger: Ledger,
+) -> Application:
+    """Check every patch, then swap them all, measured, recording each in ``ledger``."""
+    pairs = normalize(custom_patches)
+    both = {name for name, _ in pairs if name in excluded}
+    if both:
+        raise ModuleConflictError(both)
+    resolved = [_resolve(name, patch) for name, patch in pairs]
+
+    todo: list[_Resolved] = []
+    noop: list[str] = []
+    targets: dict[tuple[int, str], _Resolved] = {}
+    for item in resolved:
+        key = (id(item.owner), item.attr)
+        earlier = targets.get(key)
+        if earlier is not None and earlier.patch.replacement is not item.patch.replacement:
+            _raise_conflict(item, earlier.patch.replacement)
+        entry = ledger.active(item.owner, item.attr)
+        if entry is not None and entry.replacement is not item.patch.replacement:
+            _raise_conflict(item, entry.replacement)
+        if item.original is item.patch.replacement or earlier is not None:
+            noop.append(item.name)  # the same replacement again: nothing to do
+            continue
+        targets[key] = item
+        todo.append(item)
+
+    owners = owners_of({id(i.module): i.module for i in todo}.values())
+    owners += [i.owner for i in todo]
+    snap = Snapshot(owners)
+    keep = len(ledger.entries)
+    patched: list[Swap] = []
+    try:
+        for item in todo:
+            setattr(item.owner, item.attr, item.patch.replacement)
+        by_target = {(id(i.owner), i.attr): i.name for i in todo}
+        changes = snap.changes()
+        for change in changes:
+            name = by_target.get((id(change.owner), change.attr), "(side effect)")
+            patched.append(ledger.record(change, name, "family"))
+        landed = {(id(c.owner), c.attr) for c in changes}
+        silent = [i.name for i in todo if (id(i.owner), i.attr) not in landed]
+        if silent:
+            raise NoEffectError(label or "custom", silent, route="custom")
+    except BaseException:
+        ledger.revert(keep)
+        raise
+    names = list(dict.fromkeys(name for name, _ in pairs))
+    return Application(
+        route=ROUTE_CUSTOM,
+        family=label,
+        helper=None,
+        modules=dict.fromkeys(names, True),
+        requested={n: True for n in names},
+        excluded=tuple(excluded),
+        noop=tuple(dict.fromkeys(n for n in noop if n not in {i.name for i in todo})),
+        patched=tuple(patched),
+    )
+
+
+def _raise_conflict(item: _Resolved, existing: object) -> None:
+    """Raise :class:`ConflictingPatchError` for two different replacements of one symbol."""
+    raise ConflictingPatchError(
+        f"{item.patch.module}.{item.patch.attr} is already patched with {qualified_name(existing)}; "
+        f"custom_patches[{item.name!r}] would replace it with {qualified_name(item.patch.replacement)}. "
+        "Keep one replacement per symbol, or revert() first."
+    )

@@ -1,0 +1,121 @@
+"""The post-build scan: did the swaps reach the model that was actually built?
+
+A class swap only matters if the model's submodules are instances of the replacement. A submodule
+still of an original class means the kit ran after the model was built, or another code path
+built that module (a stale ``from modeling_x import XRMSNorm`` binding, say). The scan also lists
+such stale bindings: loaded modules whose globals still hold an original the kit swapped out.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ligerkit.errors import LateApplyError
+from ligerkit.kit.ledger import Entry
+from ligerkit.kit.snapshot import MISSING, qualified_name
+
+
+@dataclass(frozen=True)
+class StaleBinding:
+    """A module global that still holds an object the kit swapped out elsewhere."""
+
+    module: str
+    attr: str
+    original: str
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What the scan found in a built model.
+
+    Attributes:
+        counts: replacement class name -> number of submodules of that class.
+        unused: class swaps whose replacement the model never instantiates (they changed nothing
+            for this model).
+        leftovers: original class name -> module paths still of that class (empty when verify
+            passed in strict mode).
+        stale: stale bindings in other loaded modules.
+        function_swaps: swapped functions (not visible as module classes; numerics are checked by
+            a GPU smoke run).
+    """
+
+    counts: dict[str, int]
+    unused: tuple[str, ...]
+    leftovers: dict[str, tuple[str, ...]]
+    stale: tuple[StaleBinding, ...]
+    function_swaps: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "counts": dict(self.counts),
+            "unused": list(self.unused),
+            "leftovers": {k: list(v) for k, v in self.leftovers.items()},
+            "stale": [s.__dict__ for s in self.stale],
+            "function_swaps": list(self.function_swaps),
+        }
+
+
+def _class_swaps(entries: Iterable[Entry]) -> list[Entry]:
+    return [e for e in entries if inspect.isclass(e.original) and inspect.isclass(e.replacement)]
+
+
+def find_stale(entries: list[Entry]) -> tuple[StaleBinding, ...]:
+    """Loaded modules whose globals still hold an original the kit swapped (outside the ledger)."""
+    originals = {id(e.original): e.original for e in entries if e.original is not MISSING}
+    patched_at = {(id(e.owner), e.attr) for e in entries}
+    found = []
+    for name, module in list(sys.modules.items()):
+        if module is None or name.startswith("ligerkit"):
+            continue
+        try:
+            namespace = vars(module)
+        except TypeError:
+            continue
+        for attr, value in list(namespace.items()):
+            if id(value) in originals and originals[id(value)] is value:
+                home = getattr(value, "__module__", None) == name  # where it is defined, not an alias
+                if (id(module), attr) not in patched_at and not home:
+                    found.append(StaleBinding(name, attr, qualified_name(value)))
+    return tuple(sorted(set(found), key=lambda s: (s.module, s.attr)))
+
+
+def scan_model(model: Any, entries: list[Entry], strict: bool = True) -> ScanResult:
+    """Check a built model against the kit's class swaps; raise on leftovers when ``strict``."""
+    swaps = _class_swaps(entries)
+    originals = {id(e.original): e for e in swaps}
+    replacements = {id(e.replacement): e for e in swaps}
+    counts = {qualified_name(e.replacement): 0 for e in swaps}
+    leftovers: dict[str, list[str]] = {}
+    for path, submodule in model.named_modules():
+        cls = type(submodule)
+        if id(cls) in replacements and replacements[id(cls)].replacement is cls:
+            counts[qualified_name(cls)] += 1
+        elif id(cls) in originals and originals[id(cls)].original is cls:
+            leftovers.setdefault(qualified_name(cls), []).append(path or "<root>")
+    if leftovers and strict:
+        detail = "; ".join(f"{cls}: {', '.join(paths[:5])}" + (" ..." if len(paths) > 5 else "")
+                           for cls, paths in leftovers.items())
+        stale = find_stale(entries)
+        held = f" Stale bindings: {', '.join(f'{b.module}.{b.attr}' for b in stale[:5])}." if stale else ""
+        raise LateApplyError(
+            f"The model still contains original classes the kit replaced ({detail}). apply ran after "
+            "the model was built? Call kit.apply(...) before building the model. If it did run first, "
+            "the model reaches the original class another way (an import-time alias or a table of "
+            f"classes) and this swap does not apply to it: turn that module off.{held}"
+        )
+    used = {name for name, n in counts.items() if n}
+    unused = tuple(f"{e.swap.module}.{e.swap.attr} -> {e.swap.replacement}" for e in swaps
+                   if qualified_name(e.replacement) not in used)
+    functions = tuple(f"{e.swap.module}.{e.swap.attr}" for e in entries if e not in swaps)
+    return ScanResult(
+        counts=counts,
+        unused=unused,
+        leftovers={k: tuple(v) for k, v in leftovers.items()},
+        stale=find_stale(entries),
+        function_swaps=functions,
+    )
