@@ -180,7 +180,8 @@ def apply_custom(
         for item in todo:
             setattr(item.owner, item.attr, item.patch.replacement)
         by_target = {(id(i.owner), i.attr): i.name for i in todo}
-        changes = snap.changes()
+        order = {key: i for i, key in enumerate(by_target)}
+        changes = sorted(snap.changes(), key=lambda c: order.get((id(c.owner), c.attr), len(order)))
         for change in changes:
             name = by_target.get((id(change.owner), change.attr), "(side effect)")
             patched.append(ledger.record(change, name, "family"))

@@ -14,6 +14,7 @@ from typing import Literal
 from ligerkit.environment import environment_summary
 from ligerkit.errors import (
     HelperFailedError,
+    LigerKitError,
     LossKernelConflictError,
     ModuleConflictError,
     NoEffectError,
@@ -23,7 +24,7 @@ from ligerkit.errors import (
 from ligerkit.kit.families import Family, known_module_names
 from ligerkit.kit.ledger import Ledger
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
-from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, import_all, owners_of
+from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, import_all, owners_of, restore
 
 UNCONDITIONAL = "(unconditional)"
 
@@ -109,14 +110,18 @@ def apply_official(
         snap = Snapshot(owners)
         try:
             family.helper(**flags)
+            changes = snap.changes()
+            ledger.check_no_conflict(changes)
         except Exception as exc:
+            for change in reversed(snap.changes()):  # undo whatever this call did, recorded or not
+                restore(change.owner, change.attr, change.before)
+            if isinstance(exc, LigerKitError):
+                raise
             raise HelperFailedError(
                 f"Liger's helper {family.helper_name}({name}) failed: {type(exc).__name__}: {exc}. "
                 f"This is usually a liger-kernel / transformers version mismatch ({environment_summary()}); "
                 "install the tested versions or turn that module off."
             ) from exc
-        changes = snap.changes()
-        ledger.check_no_conflict(changes)
         for change in changes:
             scope = "process" if id(change.owner) in process_ids else "family"
             patched.append(ledger.record(change, name, scope))

@@ -116,7 +116,7 @@ class Snapshot:
         found = []
         for owner, before in zip(self.owners, self._values):
             now = self._read(owner)
-            for attr in before.keys() | now.keys():
+            for attr in [*before, *(k for k in now if k not in before)]:
                 old, new = before.get(attr, MISSING), now.get(attr, MISSING)
                 if old is not new:
                     found.append(Change(owner, attr, old, new))

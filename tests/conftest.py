@@ -1,0 +1,58 @@
+"""Shared fixtures: a kit that always reverts, and a guard that fails any test leaking a patch."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import torch
+
+from ligerkit import LigerKernelKit
+from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, owners_of
+
+
+def _watched_owners() -> list[object]:
+    names = [n for n in sys.modules if n.startswith("transformers.models.") and ".modeling_" in n]
+    names += [n for n in sys.modules if n.startswith("toy_models.")]
+    modules = [sys.modules[n] for n in names if sys.modules.get(n) is not None]
+    modules += [importlib.import_module(n) for n in PROCESS_WIDE_MODULES]
+    return owners_of(modules)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _import_family_modules():
+    """Import every family's modeling module up front, so the leak guard watches all of them."""
+    from ligerkit.kit.families import all_families
+    from ligerkit.kit.snapshot import import_all
+
+    import_all(m for f in all_families().values() for m in f.modeling_modules)
+    import_all(["toy_models.modeling_encoder"])
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_patches():
+    """Every test must leave every watched namespace exactly as it found it."""
+    snap = Snapshot(_watched_owners())
+    yield
+    # transformers caches private class attributes while building models; patches are public names
+    leaked = [(getattr(c.owner, "__name__", c.owner), c.attr) for c in snap.changes() if not c.attr.startswith("_")]
+    assert not leaked, f"test leaked patches: {leaked}"
+
+
+@pytest.fixture
+def kit():
+    """A fresh kit, reverted after the test whatever happens."""
+    k = LigerKernelKit()
+    yield k
+    k.revert()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked ``gpu`` when there is no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (Liger's Triton kernels)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,96 @@
+"""The command line: families, plan, --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from ligerkit.cli import app, parse_exclude, parse_modules
+from ligerkit.errors import InvalidOptionError
+
+runner = CliRunner()
+
+
+def test_families_json_lists_every_registry_entry_with_defaults():
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    result = runner.invoke(app, ["families", "--json"])
+    assert result.exit_code == 0
+    rows = json.loads(result.stdout)
+    assert {r["family"] for r in rows} == set(MODEL_TYPE_TO_APPLY_LIGER_FN)
+    qwen3_vl = next(r for r in rows if r["family"] == "qwen3_vl")
+    assert qwen3_vl["helper"] == "apply_liger_kernel_to_qwen3_vl"
+    assert qwen3_vl["modules"]["swiglu"] is False and qwen3_vl["modules"]["rope"] is True
+
+
+def test_plan_without_arguments_plans_a_small_qwen3():
+    result = runner.invoke(app, ["plan"])
+    assert result.exit_code == 0, result.output
+    assert "Route: official" in result.stdout
+    assert "[swap] rms_norm: transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm" in result.stdout
+    assert "x liger_kernel.transformers.rms_norm.LigerRMSNorm" in result.stdout
+
+
+def test_plan_json_has_report_and_scan():
+    result = runner.invoke(app, ["plan", "--family", "llama", "--modules", "rope=off,swiglu=on", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["report"]["modules"]["rope"] is False
+    assert {p["name"] for p in data["report"]["patched"]} == {"rms_norm", "swiglu"}
+    assert data["scan"]["counts"]["liger_kernel.transformers.swiglu.LigerSwiGLUMLP"] == 2
+    assert data["model_class"].endswith("LlamaForCausalLM")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plan", "--family", "qwen4"], "UnknownFamilyError"),
+        (["plan", "--family", "qwen3_vl", "--modules", "swiglu=on"], "NoEffectError"),
+        (["plan", "--modules", "rope"], "InvalidOptionError"),
+        (["plan", "--family", "qwen3", "--model", "x"], "InvalidOptionError"),
+        (["plan", "--family", "internvl"], "LateApplyError"),
+    ],
+)
+def test_plan_failures_exit_1_with_the_message(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert message in result.stderr
+
+
+def test_plan_exclude_none_lets_liger_defaults_through():
+    result = runner.invoke(app, ["plan", "--family", "qwen3", "--exclude", "none", "--json"])
+    data = json.loads(result.stdout)
+    assert data["report"]["modules"]["fused_linear_cross_entropy"] is True
+    assert "Qwen3ForCausalLM.forward" in {p["attr"] for p in data["report"]["patched"]}
+
+
+def test_plan_from_a_local_config_dir(tmp_path):
+    from transformers import Qwen3Config
+
+    Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=128).save_pretrained(tmp_path)
+    result = runner.invoke(app, ["plan", "--model", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["report"]["families"] == ["qwen3"]
+    assert data["scan"]["counts"]["liger_kernel.transformers.rms_norm.LigerRMSNorm"] == 9  # 2 layers x 4 + final
+
+
+def test_module_and_exclude_parsing():
+    assert parse_modules("auto") == "auto"
+    assert parse_modules("rope=on, swiglu=off") == {"rope": True, "swiglu": False}
+    with pytest.raises(InvalidOptionError):
+        parse_modules("rope=maybe")
+    assert parse_exclude(None) == ("cross_entropy", "fused_linear_cross_entropy")
+    assert parse_exclude("none") == ()
+    assert parse_exclude("rope,swiglu") == ("rope", "swiglu")
+
+
+def test_python_dash_m_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "ligerkit", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0
+    assert "families" in proc.stdout and "plan" in proc.stdout

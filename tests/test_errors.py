@@ -1,0 +1,146 @@
+"""Strict errors: every case raises its own LigerKitError subclass with an actionable message."""
+
+from __future__ import annotations
+
+import pytest
+from liger_kernel.transformers.rms_norm import LigerRMSNorm
+from liger_kernel.transformers.rope import liger_rotary_pos_emb
+from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+
+from ligerkit import LigerKitError, LigerPatch
+from ligerkit import errors as E
+
+ENC = "toy_models.modeling_encoder"
+
+
+def test_all_errors_share_one_base():
+    subclasses = [c for c in vars(E).values() if isinstance(c, type) and issubclass(c, Exception)]
+    assert all(issubclass(c, LigerKitError) for c in subclasses)
+
+
+def test_unknown_family_gives_close_matches_and_points_to_custom_patches(kit):
+    with pytest.raises(E.UnknownFamilyError) as info:
+        kit.apply(model_family="qwen_3")
+    assert "qwen3" in info.value.close_matches
+    assert "custom_patches" in str(info.value)
+
+
+def test_unknown_module_name_on_official_route(kit):
+    with pytest.raises(E.UnknownModuleError, match="rms_nrom.*did you mean 'rms_norm'"):
+        kit.apply(model_family="qwen3", modules={"rms_nrom": True})
+
+
+def test_unknown_excluded_module_name(kit):
+    with pytest.raises(E.UnknownModuleError):
+        kit.apply(model_family="qwen3", excluded_modules=("crossentropy",))
+
+
+def test_module_the_helper_does_not_accept(kit):
+    with pytest.raises(E.UnsupportedModuleError, match="does not accept geglu"):
+        kit.apply(model_family="qwen3", modules={"geglu": True})
+
+
+def test_non_strict_drops_unaccepted_module_but_says_so(kit):
+    report = kit.apply(model_family="qwen3", modules={"geglu": True}, strict=False)
+    assert "qwen3:geglu" in report.noop_flags
+    assert any("dropped geglu" in n for a in report.applications for n in a.notes)
+
+
+def test_module_both_enabled_and_excluded(kit):
+    with pytest.raises(E.ModuleConflictError, match="both enabled and"):
+        kit.apply(model_family="qwen3", modules={"fused_linear_cross_entropy": True})
+
+
+def test_both_loss_kernels_on(kit):
+    with pytest.raises(E.LossKernelConflictError):
+        kit.apply(model_family="qwen3", modules={"cross_entropy": True, "fused_linear_cross_entropy": True},
+                  excluded_modules=())
+
+
+def test_enabled_module_that_swaps_nothing(kit):
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    norm = modeling_qwen3_vl.Qwen3VLTextRMSNorm
+    with pytest.raises(E.NoEffectError, match="swiglu"):
+        kit.apply(model_family="qwen3_vl", modules={"swiglu": True})
+    assert modeling_qwen3_vl.Qwen3VLTextRMSNorm is norm, "a failed apply must leave nothing patched"
+    assert not kit.active
+
+
+def test_bad_modules_value(kit):
+    with pytest.raises(E.UnknownModuleError):
+        kit.apply(model_family="qwen3", modules="all")
+
+
+def test_custom_module_that_does_not_import(kit):
+    with pytest.raises(E.PatchImportError, match="a_package_that_is_not_installed"):
+        kit.apply(custom_patches={"rms_norm": LigerPatch("toy_models.broken_import", "X", LigerRMSNorm)})
+
+
+def test_custom_missing_symbol_suggests_renamed_upstream(kit):
+    with pytest.raises(E.MissingSymbolError, match="renamed upstream.*EncoderRMSNorm"):
+        kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRmsNorm", LigerRMSNorm)})
+
+
+def test_kind_mismatch_class_for_function(kit):
+    with pytest.raises(E.KindMismatchError, match="is a function.*is a class"):
+        kit.apply(custom_patches={"act": LigerPatch(ENC, "encoder_activation", LigerRMSNorm)})
+    with pytest.raises(E.KindMismatchError):
+        kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", liger_rotary_pos_emb)})
+
+
+def test_conflicting_replacement_for_one_symbol(kit):
+    kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
+    with pytest.raises(E.ConflictingPatchError, match="already patched"):
+        kit.apply(custom_patches={"mlp": LigerPatch(ENC, "EncoderRMSNorm", LigerSwiGLUMLP)})
+
+
+def test_conflict_within_one_map(kit):
+    with pytest.raises(E.ConflictingPatchError):
+        kit.apply(custom_patches={
+            "a": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm),
+            "b": LigerPatch(ENC, "EncoderRMSNorm", LigerSwiGLUMLP),
+        })
+    assert not kit.active
+
+
+def test_official_route_overwriting_a_custom_patch_is_a_conflict(kit):
+    from transformers.models.qwen3 import modeling_qwen3
+
+    original = modeling_qwen3.Qwen3RMSNorm
+    kit.apply(custom_patches={"norm": LigerPatch("transformers.models.qwen3.modeling_qwen3", "Qwen3RMSNorm",
+                                                 LigerSwiGLUMLP)})
+    with pytest.raises(E.ConflictingPatchError):
+        kit.apply(model_family="qwen3")
+    kit.revert()
+    assert modeling_qwen3.Qwen3RMSNorm is original
+
+
+def test_custom_key_in_excluded_modules(kit):
+    with pytest.raises(E.ModuleConflictError):
+        kit.apply(custom_patches={"cross_entropy": LigerPatch(ENC, "encoder_activation", liger_rotary_pos_emb)})
+
+
+def test_modules_with_custom_patches_is_refused(kit):
+    with pytest.raises(E.InvalidPatchError, match="no meaning with custom_patches"):
+        kit.apply(modules={"rope": True},
+                  custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
+
+
+def test_malformed_maps(kit):
+    with pytest.raises(E.InvalidPatchError):
+        kit.apply(custom_patches={})
+    with pytest.raises(E.InvalidPatchError):
+        kit.apply(custom_patches={"rms_norm": (ENC, "EncoderRMSNorm", LigerRMSNorm)})
+    with pytest.raises(E.InvalidPatchError):
+        LigerPatch(ENC, "EncoderRMSNorm", 3)
+
+
+def test_no_family_no_path_no_map(kit):
+    with pytest.raises(E.FamilyResolutionError, match="model_family"):
+        kit.apply()
+
+
+def test_missing_local_path_never_downloads(kit, tmp_path):
+    with pytest.raises(E.FamilyResolutionError, match="never downloads"):
+        kit.apply(str(tmp_path / "nope"))

@@ -1,0 +1,1 @@
+"""Tiny modeling modules used by the CPU tests (custom and composite routes)."""
