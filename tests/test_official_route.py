@@ -138,3 +138,26 @@ def test_registry_view_matches_liger():
     assert set(families) == set(MODEL_TYPE_TO_APPLY_LIGER_FN)
     assert families["qwen3_vl"].defaults["swiglu"] is False
     assert "transformers.models.siglip.modeling_siglip" in families["gemma3"].modeling_modules
+
+
+def test_family_module_discovery_covers_every_module_a_helper_imports():
+    """In a fresh process, no helper may import a modeling module the kit did not snapshot."""
+    import subprocess
+    import sys
+
+    code = r"""
+import sys
+from ligerkit import LigerKernelKit
+from ligerkit.kit.families import all_families
+kit, missed = LigerKernelKit(), []
+for name, family in all_families().items():
+    family.import_modules()
+    before = set(sys.modules)
+    kit.apply(model_family=name, excluded_modules=())
+    kit.revert()
+    missed += [m for m in set(sys.modules) - before if m.startswith("transformers.models.") and ".modeling_" in m]
+print(sorted(set(missed)))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

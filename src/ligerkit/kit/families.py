@@ -9,11 +9,13 @@ helper touches, so the kit knows which namespaces to snapshot.
 
 from __future__ import annotations
 
+import dis
 import functools
 import importlib
 import inspect
 import re
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ligerkit.errors import UnknownFamilyError
@@ -21,10 +23,8 @@ from ligerkit.errors import UnknownFamilyError
 # Keyword arguments of Liger helpers that are not semantic modules.
 _NON_MODULE_PARAMS = frozenset({"model", "kwargs"})
 
-_MODELING_IMPORT = re.compile(
-    r"transformers\.models\.(\w+)(?:\.(modeling_\w+)|\s+import\s+(modeling_\w+))"
-)
-_HELPER_CALL = re.compile(r"\b(apply_liger_kernel_to_\w+)\(")
+_MODELS_PACKAGE = re.compile(r"^transformers\.models\.\w+$")
+_MODELING_MODULE = re.compile(r"^transformers\.models\.\w+\.modeling_\w+$")
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,16 @@ class Family:
         name: the ``model_type`` key (an alias shares its helper with the main family).
         helper: Liger's ``apply_liger_kernel_to_*`` function.
         defaults: every semantic module the helper accepts, with Liger's default for it.
-        modeling_modules: dotted names of the transformers modules the helper (and the helpers it
-            calls) patch, e.g. ``transformers.models.qwen3.modeling_qwen3``.
     """
 
     name: str
     helper: Callable[..., None]
     defaults: Mapping[str, bool]
-    modeling_modules: tuple[str, ...]
+
+    @property
+    def modeling_modules(self) -> tuple[str, ...]:
+        """Dotted names of the transformers modules the helper (and helpers it calls) patch."""
+        return _modeling_modules(self.helper)
 
     @property
     def helper_name(self) -> str:
@@ -74,23 +76,37 @@ def _module_defaults(helper: Callable[..., None]) -> dict[str, bool]:
     }
 
 
-def _modeling_modules(helper: Callable[..., None], seen: set[str] | None = None) -> list[str]:
-    """Modules a helper imports from ``transformers.models``, following helpers it calls."""
-    seen = set() if seen is None else seen
-    if helper.__name__ in seen:
-        return []
-    seen.add(helper.__name__)
-    source = inspect.getsource(helper)
-    found = [
-        f"transformers.models.{pkg}.{mod_a or mod_b}"
-        for pkg, mod_a, mod_b in _MODELING_IMPORT.findall(source)
-    ]
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+@functools.cache
+def _modeling_modules(helper: Callable[..., None]) -> tuple[str, ...]:
+    """Modules a helper imports from ``transformers.models``, following helpers it calls.
+
+    Read from the helper's bytecode (its ``import`` statements), not from its source text.
+    """
+    found: list[str] = []
     helpers_module = inspect.getmodule(helper)
-    for name in _HELPER_CALL.findall(source):
-        callee = getattr(helpers_module, name, None)
-        if callable(callee):
-            found.extend(_modeling_modules(callee, seen))
-    return list(dict.fromkeys(found))
+    for code in _code_objects(helper.__code__):
+        fromlist: tuple[str, ...] = ()
+        for ins in dis.get_instructions(code):
+            if ins.opname == "LOAD_CONST":
+                fromlist = ins.argval if isinstance(ins.argval, tuple) else ()
+            elif ins.opname == "IMPORT_NAME":
+                name = str(ins.argval)
+                if _MODELING_MODULE.match(name):
+                    found.append(name)
+                elif _MODELS_PACKAGE.match(name):
+                    found.extend(f"{name}.{item}" for item in fromlist if item.startswith("modeling_"))
+        for name in code.co_names:
+            callee = getattr(helpers_module, name, None)
+            if name.startswith("apply_liger_kernel_to_") and callable(callee) and callee is not helper:
+                found.extend(_modeling_modules(callee))
+    return tuple(dict.fromkeys(found))
 
 
 @functools.cache
@@ -101,7 +117,6 @@ def all_families() -> dict[str, Family]:
             name=name,
             helper=helper,
             defaults=_module_defaults(helper),
-            modeling_modules=tuple(_modeling_modules(helper)),
         )
         for name, helper in _liger_registry().items()
     }
