@@ -17,7 +17,7 @@ def test_kit_wired_qwen3_matches_eager_loss_and_direct_helper_speed():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import kit_gpu_parity as bench
 
-    result = bench.compare(steps=30, warmup=5, parity_steps=10, loss_tol=1e-2, speed_tol=0.02, repeats=2)
+    result = bench.compare(steps=40, warmup=8, parity_steps=10, loss_tol=1e-2, speed_tol=0.02, repeats=3)
     out = os.environ.get("LIGERKIT_RESULTS_DIR")
     if out:
         Path(out, "kit_parity.json").write_text(json.dumps(result, indent=2))
