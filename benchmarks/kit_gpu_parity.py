@@ -97,7 +97,10 @@ def run_arm(arm: str, steps: int, warmup: int) -> dict:
 def spawn(arm: str, steps: int, warmup: int) -> dict:
     """Run one arm in a fresh process."""
     cmd = [sys.executable, __file__, "--arm", arm, "--steps", str(steps), "--warmup", str(warmup)]
+    start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    log = [line for line in proc.stderr.splitlines() if line.startswith(f"[{arm}]")]
+    print(*log, f"[{arm}] process {time.perf_counter() - start:.0f}s", sep="\n", file=sys.stderr, flush=True)
     if proc.returncode != 0:
         raise RuntimeError(f"arm {arm} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
