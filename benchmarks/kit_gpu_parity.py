@@ -72,7 +72,7 @@ def run_arm(arm: str, steps: int, warmup: int) -> dict:
         kit.verify(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0)
     losses, times = [], []
-    for step, input_ids in enumerate(batches(steps)):
+    for input_ids in batches(steps):
         input_ids = input_ids.cuda()
         torch.cuda.synchronize()
         start = time.perf_counter()

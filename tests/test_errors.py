@@ -68,8 +68,10 @@ def test_enabled_module_that_swaps_nothing(kit):
 
 
 def test_bad_modules_value(kit):
-    with pytest.raises(E.UnknownModuleError):
+    with pytest.raises(E.InvalidOptionError, match="'auto' or a mapping"):
         kit.apply(model_family="qwen3", modules="all")
+    with pytest.raises(E.InvalidOptionError):
+        kit.apply(model_family="qwen3", modules={"rope": "yes"})
 
 
 def test_custom_module_that_does_not_import(kit):

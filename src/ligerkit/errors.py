@@ -141,4 +141,4 @@ class HelperFailedError(LigerKitError):
 
 
 class InvalidOptionError(LigerKitError):
-    """A command-line option could not be parsed."""
+    """An option value is malformed (a ``modules`` value, a command-line option)."""

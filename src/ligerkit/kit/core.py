@@ -37,7 +37,6 @@ class LigerKernelKit:
     def __init__(self) -> None:
         self._ledger = Ledger()
         self._applications: list[Application] = []
-        self._on: dict[str, set[str]] = {}  # helper name -> modules already turned on
 
     def apply(
         self,
@@ -80,11 +79,8 @@ class LigerKernelKit:
             app = apply_custom(model_family, custom_patches, excluded, self._ledger)
         else:
             family = get_family(self._family_name(model_name_or_path, model_family, trust_remote_code))
-            already = frozenset(self._on.get(family.helper_name, ()))
-            app = apply_official(family, modules, excluded, self._ledger, already, strict)
-            self._on.setdefault(family.helper_name, set()).update(
-                name for name, on in app.modules.items() if on
-            )
+            already_on = self._turned_on(family.helper_name)
+            app = apply_official(family, modules, excluded, self._ledger, already_on, strict)
         self._applications.append(app)
         return LigerKernelReport((app,), environment_gaps())
 
@@ -100,6 +96,12 @@ class LigerKernelKit:
                 "config.json), or custom_patches=."
             )
         return family_of(model_name_or_path, trust)
+
+    def _turned_on(self, helper: str) -> frozenset[str]:
+        """Modules earlier applications on this kit already turned on through ``helper``."""
+        return frozenset(
+            name for app in self._applications if app.helper == helper for name, on in app.modules.items() if on
+        )
 
     @property
     def report(self) -> LigerKernelReport:
@@ -117,7 +119,6 @@ class LigerKernelKit:
             self._ledger.revert()
         finally:
             self._applications.clear()
-            self._on.clear()
 
     @contextmanager
     def applied(self, *args: Any, **kwargs: Any) -> Iterator[LigerKernelReport]:
@@ -129,10 +130,6 @@ class LigerKernelKit:
         finally:
             self._ledger.revert(keep)
             del self._applications[apps:]
-            self._on = {}
-            for app in self._applications:
-                if app.helper:
-                    self._on.setdefault(app.helper, set()).update(n for n, on in app.modules.items() if on)
 
     def verify(self, model: Any, strict: bool = True) -> ScanResult:
         """Scan a built model: every class swap must be the class of the matching submodules.

@@ -14,6 +14,7 @@ from typing import Literal
 from ligerkit.environment import environment_summary
 from ligerkit.errors import (
     HelperFailedError,
+    InvalidOptionError,
     LigerKitError,
     LossKernelConflictError,
     ModuleConflictError,
@@ -48,19 +49,14 @@ def resolve_modules(
     explicitly enabled modules dropped because the helper does not accept them (only when
     ``strict`` is false; strict raises instead).
     """
-    if isinstance(modules, str):
-        if modules != "auto":
-            raise UnknownModuleError([modules], ["auto", "or a mapping {module: bool}"])
+    if modules == "auto":
         explicit: dict[str, bool] = {}
-    elif isinstance(modules, Mapping):
+    elif isinstance(modules, Mapping) and all(isinstance(v, bool) for v in modules.values()):
         explicit = dict(modules)
-        bad = {k: v for k, v in explicit.items() if not isinstance(v, bool)}
-        if bad:
-            raise UnknownModuleError(
-                [f"{k}={v!r} (values must be true/false)" for k, v in bad.items()], known_module_names()
-            )
     else:
-        raise UnknownModuleError([repr(modules)], ["auto", "or a mapping {module: bool}"])
+        raise InvalidOptionError(
+            f"modules must be 'auto' or a mapping {{module: true/false}}, got {modules!r}."
+        )
     check_module_names([*explicit, *excluded])
     dropped: list[str] = []
     unsupported = set(explicit) - family.accepted

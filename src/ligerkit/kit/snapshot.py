@@ -114,7 +114,7 @@ class Snapshot:
     def changes(self) -> list[Change]:
         """Re-read the same owners and return every binding that now holds another object."""
         found = []
-        for owner, before in zip(self.owners, self._values):
+        for owner, before in zip(self.owners, self._values, strict=True):
             now = self._read(owner)
             for attr in [*before, *(k for k in now if k not in before)]:
                 old, new = before.get(attr, MISSING), now.get(attr, MISSING)
