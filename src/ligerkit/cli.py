@@ -1,4 +1,4 @@
-"""``ligerkit`` command line: families | plan (more verbs arrive with the engine).
+"""``ligerkit`` command line: families | plan | check | train.
 
 Every verb takes ``--json`` for machine-readable output; a ligerkit error exits with code 1 and
 its message on stderr.
@@ -144,6 +144,79 @@ def scan_lines(scan: Any, model_class: str, config_source: str) -> list[str]:
     lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in scan.stale]
     lines.append("Validated: swaps measured, model scanned. Still to run on a GPU: `pytest -m gpu` (loss parity).")
     return lines
+
+
+@app.command()
+def check(
+    recipe_dir: Annotated[str, typer.Argument(help="Recipe folder, e.g. recipes/qwen3.")] = "recipes/qwen3",
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a recipe on the CPU: structure, every config, plan + meta-device build + verify.
+
+    Exit code 1, with every reason, when anything is wrong.
+    """
+    from ligerkit.kit.report import render_report
+    from ligerkit.validate.check import check_recipe
+
+    def body() -> None:
+        result = check_recipe(recipe_dir)
+        if as_json:
+            _emit_json(result.to_dict())
+        else:
+            out.print(f"Recipe {result.recipe}: {len(result.plans)} config(s)", markup=False)
+            for plan in result.plans:
+                out.print(f"\n== {plan.config}: Liger {'on' if plan.liger_enabled else 'off'} ==", markup=False)
+                if plan.report is not None and plan.scan is not None:
+                    render_report(plan.report, out)
+                    render_scan(plan.scan, plan.model_class or "?", plan.config)
+                else:
+                    out.print(f"builds {plan.model_class} without Liger", markup=False)
+            for problem in result.problems:
+                err.print(f"problem: {problem}", markup=False, soft_wrap=True)
+            out.print("check: OK" if result.ok else f"check: {len(result.problems)} problem(s)", markup=False)
+        if not result.ok:
+            raise typer.Exit(1)
+
+    _run(body)
+
+
+@app.command()
+def train(
+    config: Annotated[str, typer.Argument(help="Recipe config, e.g. recipes/qwen3/configs/cpu.yaml.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override, e.g. --set train.steps=5.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Train a recipe config (Liger as the config says; under torchrun for several GPUs)."""
+    from ligerkit.engine.recipe import load_engine
+    from ligerkit.kit.report import render_report
+
+    def body() -> None:
+        overrides = list(set_ or [])
+        if as_json:
+            overrides.append("train.progress=false")
+        engine = load_engine(config, overrides)
+        result = engine.train()
+        if not engine.env.main:
+            return
+        if as_json:
+            _emit_json({
+                "config": engine.config.model_dump(mode="json"),
+                "report": result.report.to_dict() if result.report else None,
+                "scan": result.scan.to_dict() if result.scan else None,
+                "steps": [s.to_dict() for s in result.steps],
+            })
+            return
+        if result.report is not None:
+            render_report(result.report, out)
+            if result.scan is not None:
+                render_scan(result.scan, "the trained model", "the recipe config")
+        else:
+            out.print("Liger: off (model.liger_kernel.enabled is false); the model trained unpatched.", markup=False)
+        first, last = result.steps[0], result.steps[-1]
+        out.print(f"trained {len(result.steps)} steps: loss {first.loss:.4f} -> {last.loss:.4f}, "
+                  f"{last.tokens_per_s:,.0f} tokens/s", markup=False)
+
+    _run(body)
 
 
 def main() -> None:

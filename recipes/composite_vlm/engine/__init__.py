@@ -1,0 +1,61 @@
+"""Composite VLM engine: official Qwen3 for the LLM, a small custom map for the novel encoder.
+
+The LLM is transformers' shared Qwen3, so the official route reaches it with Liger's full Qwen3
+kernel set; the vision encoder is this recipe's own code, so only its norm and MLP are mapped.
+The projector (Linear-GELU-Linear) has nothing Liger replaces and is left alone. One kit, one
+aggregated report.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import torch
+from liger_kernel.transformers.rms_norm import LigerRMSNorm
+from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+from transformers import Qwen3Config
+
+from ligerkit import LigerPatch
+from ligerkit.engine import Engine
+from ligerkit.engine.model_kit import resolve_dtype
+from recipes.composite_vlm.data import make_batch
+from recipes.composite_vlm.model.modeling_composite import CompositeVLM, CompositeVLMConfig
+from recipes.composite_vlm.model.modeling_vision import VisionConfig
+
+VISION = "recipes.composite_vlm.model.modeling_vision"
+
+
+class CompositeVLMEngine(Engine):
+    """Qwen3 (official) + custom vision encoder (custom map)."""
+
+    def official_family(self) -> str:
+        """The LLM backbone is shared transformers Qwen3."""
+        return self.config.model.liger_kernel.model_family_override or "qwen3"
+
+    def custom_patches(self) -> dict[str, LigerPatch]:
+        """Only the encoder's own symbols."""
+        return {
+            "rms_norm": LigerPatch(VISION, "VisionRMSNorm", LigerRMSNorm),
+            "swiglu": LigerPatch(VISION, "VisionMLP", LigerSwiGLUMLP),
+        }
+
+    @cached_property
+    def model_config(self) -> CompositeVLMConfig:
+        """``model.config`` as ``{vision: {...}, text: {...}}``."""
+        cfg = self.config.model.config
+        return CompositeVLMConfig(vision=VisionConfig(**cfg["vision"]), text=Qwen3Config(**cfg["text"]))
+
+    def build_model(self, device: torch.device) -> torch.nn.Module:
+        """Build on ``device`` (classes resolved through the patched modules)."""
+        with torch.device(device):
+            model = CompositeVLM(self.model_config)
+        return model.to(resolve_dtype(self.config.model.dtype, device))
+
+    def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
+        """Image + text samples ``start..start+size-1``, deterministic per index."""
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)
+        batch = make_batch(self.model_config, size, self.config.data.seq_len, generator=generator,
+                           motif_seed=self.config.seed)
+        if torch.cuda.is_available() and self.config.model.dtype != "float32":
+            batch["pixel_values"] = batch["pixel_values"].to(torch.bfloat16)
+        return batch

@@ -1,0 +1,39 @@
+"""Qwen3-VL recipe engine: official multimodal route, synthetic image + text batches.
+
+Liger's ``qwen3_vl`` helper owns the rotary choice for this family (the text model's M-RoPE
+builds cos/sin per 3-D position, Liger swaps the apply function and the vision rope); the recipe
+never forces a standard-rope override. The engine only adds the image batches.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from ligerkit.engine import Engine
+from ligerkit.engine.model_kit import transformers_config
+from recipes.qwen3_vl.data import make_batch
+
+
+class Qwen3VLEngine(Engine):
+    """Official route (``model.family: qwen3_vl``); batches carry ``pixel_values``."""
+
+    @cached_property
+    def hf_config(self) -> Any:
+        """The transformers Qwen3VLConfig the model is built from."""
+        return transformers_config(self.config.model)
+
+    def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
+        """Samples ``start..start+size-1``: one synthetic image per sample, deterministic per index."""
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)
+        batch = make_batch(self.hf_config, size, self.config.data.seq_len, generator=generator,
+                           motif_seed=self.config.seed)
+        return {k: (v.to(torch.bfloat16) if k == "pixel_values" and self._bf16 else v) for k, v in batch.items()}
+
+    @property
+    def _bf16(self) -> bool:
+        return self.config.model.dtype == "bfloat16" or (
+            self.config.model.dtype == "auto" and torch.cuda.is_available()
+        )

@@ -1,0 +1,160 @@
+"""Recipe configuration: YAML validated against a typed schema, with ``--set a.b=c`` overrides.
+
+Unknown keys are rejected with their full path, so a typo never turns into a silently ignored
+option. ``model.liger_kernel`` carries everything the kit needs; Liger is off unless a recipe
+asks for it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ligerkit.errors import LigerKitError
+from ligerkit.kit.core import LOSS_MODULES
+
+
+class ConfigError(LigerKitError):
+    """A recipe config is invalid (unknown key, wrong type, inconsistent values)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LigerKernelConfig(_Strict):
+    """``model.liger_kernel``: what the kit applies before the model is built."""
+
+    enabled: bool = False
+    modules: Literal["auto"] | dict[str, bool] = "auto"
+    model_family_override: str | None = None
+    excluded_modules: tuple[str, ...] = LOSS_MODULES
+    loss: Literal["off"] = "off"
+
+
+class ModelConfig(_Strict):
+    """``model``: how the model kit builds the model."""
+
+    family: str = Field(description="transformers model_type (config/pretrained) or a label (custom)")
+    source: Literal["config", "pretrained", "custom"] = "config"
+    pretrained_path: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    liger_kernel: LigerKernelConfig = LigerKernelConfig()
+
+    @model_validator(mode="after")
+    def _pretrained_needs_path(self) -> ModelConfig:
+        if self.source == "pretrained" and not self.pretrained_path:
+            raise ValueError("source 'pretrained' needs model.pretrained_path (a local directory)")
+        return self
+
+
+class DataConfig(_Strict):
+    """``data``: deterministic batches, synthetic or from the shipped corpus."""
+
+    kind: Literal["synthetic", "corpus"] = "synthetic"
+    seq_len: int = Field(128, gt=1)
+    corpus_path: str | None = None
+    pad_every: int = Field(4, ge=0, description="every N-th sample is right-padded (0: never)")
+
+
+class TrainConfig(_Strict):
+    """``train``: optimizer, batch geometry, logging."""
+
+    steps: int = Field(10, gt=0)
+    global_batch_size: int = Field(8, gt=0, description="sequences per optimizer step, all ranks")
+    micro_batch_size: int = Field(4, gt=0)
+    lr: float = Field(3e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
+    warmup_steps: int = Field(0, ge=0)
+    output_dir: str | None = None
+    peak_tflops: float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
+    progress: bool = True
+
+    @model_validator(mode="after")
+    def _micro_divides_global(self) -> TrainConfig:
+        if self.global_batch_size % self.micro_batch_size:
+            raise ValueError("train.global_batch_size must be a multiple of train.micro_batch_size")
+        return self
+
+
+class RecipeConfig(_Strict):
+    """A whole recipe config."""
+
+    name: str
+    seed: int = 0
+    model: ModelConfig
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_simple(cls, value: str) -> str:
+        if not value or "/" in value:
+            raise ValueError("name must be a non-empty string without '/'")
+        return value
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (["a", "b", "c"], YAML-parsed value)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.steps=20")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc})") from exc
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``data`` with every ``a.b=c`` override set (intermediate maps created)."""
+    data = copy.deepcopy(data)
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}  # e.g. modules: auto -> modules: {rope: false}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _format(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        path = ".".join(str(p) for p in error["loc"]) or "<root>"
+        message = "unknown key (not in the schema)" if error["type"] == "extra_forbidden" else error["msg"]
+        lines.append(f"  {path}: {message}")
+    return "\n".join(lines)
+
+
+def validate_config(data: dict[str, Any], source: str = "<dict>") -> RecipeConfig:
+    """Validate a raw mapping; raise :class:`ConfigError` naming every bad key path."""
+    try:
+        return RecipeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source} is not a valid recipe config:\n{_format(exc)}") from None
+
+
+def load_recipe_config(path: str | Path, overrides: list[str] | None = None) -> RecipeConfig:
+    """Load a recipe YAML, apply ``--set`` overrides, validate."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return validate_config(apply_overrides(data, overrides or []), str(path))

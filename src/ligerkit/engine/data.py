@@ -1,0 +1,79 @@
+"""Deterministic token batches: synthetic motifs, or windows of a shipped text corpus.
+
+Every sample is a pure function of ``(seed, global sample index)``, so one GPU with gradient
+accumulation and N GPUs with FSDP2 see exactly the same global batch at every step. Some samples
+are right-padded (``pad_every``), so padding and ignored label positions are always exercised.
+The corpus is tokenized with a byte-level tokenizer that needs no download.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from ligerkit.engine.config import DataConfig
+
+IGNORE_INDEX = -100
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+BYTE_OFFSET = 3
+BYTE_VOCAB = 256 + BYTE_OFFSET
+MOTIF_LEN = 16
+DEFAULT_CORPUS = Path(__file__).with_name("corpus.txt")
+
+
+class ByteTokenizer:
+    """UTF-8 bytes shifted past three special ids (pad 0, bos 1, eos 2); vocab 259."""
+
+    vocab_size = BYTE_VOCAB
+
+    def encode(self, text: str) -> list[int]:
+        """Text to ids."""
+        return [b + BYTE_OFFSET for b in text.encode("utf-8")]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids to text (specials dropped)."""
+        return bytes(i - BYTE_OFFSET for i in ids if i >= BYTE_OFFSET).decode("utf-8", errors="replace")
+
+
+@cache
+def corpus_ids(path: str) -> torch.Tensor:
+    """The whole corpus as byte-token ids."""
+    text = Path(path).read_text(encoding="utf-8")
+    return torch.tensor(ByteTokenizer().encode(text), dtype=torch.long)
+
+
+def _generator(seed: int, index: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + index)
+
+
+def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int) -> tuple[torch.Tensor, int]:
+    """One sample's token ids (length ``seq_len``) and its number of real (unpadded) tokens."""
+    g = _generator(seed, index)
+    n = cfg.seq_len
+    if cfg.kind == "corpus":
+        ids = corpus_ids(str(cfg.corpus_path or DEFAULT_CORPUS))
+        if vocab_size < BYTE_VOCAB:
+            raise ValueError(f"the corpus needs a vocab of at least {BYTE_VOCAB}, the model has {vocab_size}")
+        start = int(torch.randint(0, len(ids) - n, (1,), generator=g))
+        tokens = torch.cat([torch.tensor([BOS_ID]), ids[start : start + n - 1]])
+    else:
+        motif = torch.randint(BYTE_OFFSET, vocab_size, (MOTIF_LEN,), generator=g)
+        tokens = motif.repeat(n // MOTIF_LEN + 1)[:n]
+    real = n
+    if cfg.pad_every and index % cfg.pad_every == cfg.pad_every - 1:
+        real = n - int(torch.randint(1, max(2, n // 4), (1,), generator=g))
+        tokens = tokens.clone()
+        tokens[real:] = PAD_ID
+    return tokens, real
+
+
+def text_batch(cfg: DataConfig, vocab_size: int, seed: int, start: int, size: int) -> dict[str, torch.Tensor]:
+    """Samples ``start .. start+size-1`` as ``input_ids``, ``attention_mask`` and ``labels``."""
+    rows, reals = zip(*(sample(cfg, vocab_size, seed, i) for i in range(start, start + size)), strict=True)
+    input_ids = torch.stack(rows)
+    positions = torch.arange(cfg.seq_len)
+    attention_mask = (positions[None, :] < torch.tensor(reals)[:, None]).long()
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}

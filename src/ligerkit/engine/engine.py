@@ -1,0 +1,242 @@
+"""``Engine``: the recipe host. ``prepare_model`` = kit.apply, then build, then kit.verify.
+
+Recipes subclass it and override hooks: ``custom_patches`` (their own map), ``official_family``,
+``build_model`` (custom models), ``make_batch`` (other modalities), ``forward_logits``. The loss
+is always the recipe's own: cross entropy summed over valid (non-ignored) shifted tokens, divided
+by the count of valid tokens over the whole optimizer step (all micro-batches, all ranks).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ligerkit.engine import distributed as D
+from ligerkit.engine.config import RecipeConfig
+from ligerkit.engine.data import IGNORE_INDEX, text_batch
+from ligerkit.engine.flops import flops_per_token, peak_flops
+from ligerkit.engine.metrics import MetricsLog, StepMetrics
+from ligerkit.engine.model_kit import ModelKit
+from ligerkit.environment import accelerator
+from ligerkit.errors import LigerKitError
+from ligerkit.kit.core import LigerKernelKit
+from ligerkit.kit.custom import CustomPatches
+from ligerkit.kit.report import LigerKernelReport
+from ligerkit.kit.scan import ScanResult
+
+Batch = dict[str, torch.Tensor]
+
+
+class LigerNeedsAcceleratorError(LigerKitError):
+    """Liger is enabled but there is neither a CUDA GPU nor an NPU here."""
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns: every step's metrics, the kit report and the scan."""
+
+    steps: list[StepMetrics] = field(default_factory=list)
+    report: LigerKernelReport | None = None
+    scan: ScanResult | None = None
+
+
+def pick_device(env: D.DistEnv) -> torch.device:
+    """The local accelerator for this rank, else the CPU."""
+    kind = accelerator()
+    if kind == "cuda":
+        return torch.device("cuda", env.local_rank)
+    if kind == "npu":
+        return torch.device("npu", env.local_rank)
+    return torch.device("cpu")
+
+
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Sum of float32 cross entropy over shifted, non-ignored labels."""
+    shifted = labels[:, 1:].reshape(-1)
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+    return F.cross_entropy(flat, shifted, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def valid_tokens(labels: torch.Tensor) -> int:
+    """Number of shifted labels that count in the loss."""
+    return int((labels[:, 1:] != IGNORE_INDEX).sum())
+
+
+class Engine:
+    """Hosts one recipe: the kit, the model kit, data, optimizer and the training loop."""
+
+    def __init__(self, config: RecipeConfig, recipe_dir: Path | None = None):
+        self.config = config
+        self.recipe_dir = recipe_dir
+        self.kit = LigerKernelKit()
+        self.model_kit = ModelKit()
+        self.env = D.DistEnv.from_env()
+        self.scan: ScanResult | None = None
+
+    # ----- hooks a recipe may override -------------------------------------------------------
+    def official_family(self) -> str | None:
+        """Family for the official route (``None``: no official call)."""
+        lk = self.config.model.liger_kernel
+        if lk.model_family_override:
+            return lk.model_family_override
+        return None if self.config.model.source == "custom" else self.config.model.family
+
+    def custom_patches(self) -> CustomPatches | None:
+        """The recipe's own ``custom_patches`` map (custom and composite recipes)."""
+        return None
+
+    def build_model(self, device: torch.device) -> torch.nn.Module:
+        """Build the model (after the kit was applied)."""
+        return self.model_kit.build_model(self.config.model, device)
+
+    def make_batch(self, start: int, size: int, vocab_size: int) -> Batch:
+        """Samples ``start .. start+size-1`` of the deterministic data stream."""
+        return text_batch(self.config.data, vocab_size, self.config.seed, start, size)
+
+    def forward_logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        """Logits for a batch (``labels`` never reach the model: the engine owns the loss)."""
+        out = model(**{k: v for k, v in batch.items() if k != "labels"})
+        return out if isinstance(out, torch.Tensor) else out.logits
+
+    def fsdp_units(self, model: torch.nn.Module) -> tuple[str, ...]:
+        """Class names FSDP2 shards one by one (transformers' ``_no_split_modules``)."""
+        return tuple(getattr(model, "_no_split_modules", None) or ())
+
+    # ----- the fixed order ---------------------------------------------------------------------
+    def apply_liger(self) -> LigerKernelReport | None:
+        """Apply the kit: the official family (if any), then the recipe's custom map (if any)."""
+        lk = self.config.model.liger_kernel
+        if not lk.enabled:
+            return None
+        family = self.official_family()
+        if family is not None:
+            self.kit.apply(model_family=family, modules=lk.modules, excluded_modules=lk.excluded_modules)
+        patches = dict(self.custom_patches() or {})
+        if isinstance(lk.modules, dict):  # modules.<name>=false turns a map entry off too
+            patches = {k: v for k, v in patches.items() if lk.modules.get(k, True)}
+        if patches:
+            self.kit.apply(model_family=self.config.model.family, custom_patches=patches,
+                           excluded_modules=lk.excluded_modules)
+        return self.kit.report
+
+    def prepare_model(self, device: torch.device) -> torch.nn.Module:
+        """kit.apply, then build, then kit.verify (the scan), in this order, always."""
+        if self.config.model.liger_kernel.enabled and device.type == "cpu":
+            raise LigerNeedsAcceleratorError(
+                "model.liger_kernel.enabled is true, but Liger's kernels need a CUDA GPU or an Ascend NPU "
+                "and this machine has neither; nothing was built. To train here without Liger, add "
+                "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
+            )
+        self.apply_liger()
+        torch.manual_seed(self.config.seed)
+        model = self.build_model(device)
+        if self.config.model.liger_kernel.enabled:
+            self.scan = self.kit.verify(model)
+        return model
+
+    def prepare_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        """AdamW over every trainable parameter."""
+        t = self.config.train
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=t.lr,
+                                 betas=t.betas, weight_decay=t.weight_decay)
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up, then constant."""
+        t = self.config.train
+        return t.lr * min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps else t.lr
+
+    def micro_batches(self, step: int, vocab_size: int) -> list[Batch]:
+        """This rank's micro-batches of global step ``step``."""
+        t = self.config.train
+        per_rank = t.global_batch_size // self.env.world_size
+        if per_rank * self.env.world_size != t.global_batch_size or per_rank % t.micro_batch_size:
+            raise LigerKitError(
+                f"train.global_batch_size {t.global_batch_size} must split into {self.env.world_size} ranks "
+                f"x whole micro-batches of {t.micro_batch_size}; change the batch sizes."
+            )
+        base = step * t.global_batch_size + self.env.rank * per_rank
+        return [self.make_batch(base + i, t.micro_batch_size, vocab_size)
+                for i in range(0, per_rank, t.micro_batch_size)]
+
+    def train_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: list[Batch],
+                   device: torch.device) -> tuple[float, float, int]:
+        """One optimizer step; returns (loss, grad norm, global valid tokens)."""
+        local = torch.tensor(float(sum(valid_tokens(b["labels"]) for b in batches)), device=device)
+        total = D.all_reduce_sum(local, self.env)
+        count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
+        loss_sum = torch.zeros((), device=device)
+        for batch in batches:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            summed = token_loss_sum(self.forward_logits(model, batch), batch["labels"])
+            # FSDP averages gradients over ranks; scaling by world size keeps them sums / count.
+            (summed * (self.env.world_size / count)).backward()
+            loss_sum += summed.detach()
+        norm = self._clip(model)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = D.all_reduce_sum(loss_sum, self.env).item() / count
+        return loss, norm, int(total.item())
+
+    def _clip(self, model: torch.nn.Module) -> float:
+        max_norm = self.config.train.grad_clip or math.inf
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        full = getattr(norm, "full_tensor", None)
+        return float(full() if callable(full) else norm)
+
+    def train(self, device: torch.device | None = None) -> TrainResult:
+        """Prepare everything in order, train ``train.steps`` steps, log each one."""
+        device = device or pick_device(self.env)
+        D.init(self.env, device)
+        clean = False
+        try:
+            result = self._train(device)
+            clean = True
+            return result
+        finally:
+            self.kit.revert()
+            D.shutdown(self.env, barrier=clean)
+
+    def _train(self, device: torch.device) -> TrainResult:
+        t = self.config.train
+        model = self.prepare_model(device)
+        if self.env.distributed:
+            D.shard(model, self.fsdp_units(model))
+        optimizer = self.prepare_optimizer(model)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        flops = flops_per_token(model, self.config.data.seq_len)
+        peak = peak_flops(device, t.peak_tflops)
+        out = Path(t.output_dir) if t.output_dir else None
+        log = MetricsLog(out / "metrics.jsonl" if out and self.env.main else None, t.steps,
+                         t.progress and self.env.main, self.config.name)
+        result = TrainResult(report=self.kit.report if self.kit.active else None, scan=self.scan)
+        try:
+            for step in range(t.steps):
+                for group in optimizer.param_groups:
+                    group["lr"] = self.lr_at(step)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                batches = self.micro_batches(step, vocab)
+                loss, norm, tokens = self.train_step(model, optimizer, batches, device)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                elapsed = time.perf_counter() - start
+                seen = sum(b["input_ids"].numel() for b in batches) * self.env.world_size
+                per_device = seen / elapsed / self.env.world_size
+                metrics = StepMetrics(
+                    step=step, loss=loss, grad_norm=norm, lr=self.lr_at(step), valid_tokens=tokens,
+                    tokens_per_s=seen / elapsed, tokens_per_s_per_device=per_device, step_time_s=elapsed,
+                    peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+                    mfu=flops * per_device / peak if peak else None,
+                )
+                result.steps.append(metrics)
+                log.log(metrics)
+        finally:
+            log.close()
+        return result

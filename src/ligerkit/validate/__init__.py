@@ -1,0 +1,1 @@
+"""Recipe validation: structure, config and wiring asserts shared by every recipe, and ``check``."""

@@ -1,0 +1,128 @@
+"""Engine: configs, overrides, data, the token-normalized loss, FSDP2 on two CPU processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ligerkit.engine.config import ConfigError, load_recipe_config, validate_config
+from ligerkit.engine.data import IGNORE_INDEX, ByteTokenizer, text_batch
+from ligerkit.engine.engine import token_loss_sum
+from ligerkit.engine.recipe import load_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+ALL_CONFIGS = sorted(ROOT.glob("recipes/*/configs/*.yaml"))
+
+
+def test_there_are_five_recipes_with_cpu_and_gpu_configs():
+    names = {p.parent.parent.name for p in ALL_CONFIGS}
+    assert names == {"qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm"}
+    assert {p.name for p in ALL_CONFIGS} == {"cpu.yaml", "gpu.yaml"}
+
+
+@pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_every_shipped_config_loads(path):
+    config = load_recipe_config(path)
+    assert config.model.liger_kernel.loss == "off"
+
+
+def test_unknown_keys_are_rejected_with_their_path():
+    with pytest.raises(ConfigError) as info:
+        validate_config({"name": "x", "model": {"family": "qwen3", "liger_kernel": {"enabeld": True}},
+                         "train": {"stpes": 3}})
+    assert "model.liger_kernel.enabeld: unknown key" in str(info.value)
+    assert "train.stpes: unknown key" in str(info.value)
+
+
+def test_overrides_reach_nested_keys_and_turn_auto_into_a_mapping():
+    config = load_recipe_config(QWEN3_CPU, ["model.liger_kernel.modules.rope=false", "train.steps=3",
+                                            "model.liger_kernel.enabled=true"])
+    assert config.model.liger_kernel.modules == {"rope": False}
+    assert config.train.steps == 3 and config.model.liger_kernel.enabled is True
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_recipe_config(QWEN3_CPU, ["train.steps"])
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_recipe_config(QWEN3_CPU, ["train.steps=-1"])
+
+
+def test_batch_geometry_is_validated():
+    with pytest.raises(ConfigError, match="multiple of train.micro_batch_size"):
+        load_recipe_config(QWEN3_CPU, ["train.global_batch_size=6", "train.micro_batch_size=4"])
+
+
+def test_data_is_deterministic_padded_and_ignored_at_padding():
+    config = load_recipe_config(QWEN3_CPU).data
+    a = text_batch(config, 320, seed=0, start=0, size=8)
+    b = text_batch(config, 320, seed=0, start=4, size=4)
+    assert torch.equal(a["input_ids"][4:], b["input_ids"])
+    padded = a["attention_mask"].sum(1) < config.seq_len
+    assert padded.tolist() == [False, False, False, True] * 2
+    assert torch.equal(a["labels"] == IGNORE_INDEX, a["attention_mask"] == 0)
+    text = ByteTokenizer().decode(a["input_ids"][0].tolist())
+    assert text.isprintable() or "\n" in text
+
+
+def test_engine_loss_is_token_normalized_over_the_whole_step():
+    """Two micro-batches with different valid-token counts: loss = sum CE / total valid tokens."""
+    engine = load_engine(QWEN3_CPU, ["train.progress=false"])
+    model = engine.prepare_model(torch.device("cpu"))
+    reference = load_engine(QWEN3_CPU).prepare_model(torch.device("cpu"))
+    reference.load_state_dict(model.state_dict())
+    batches = engine.micro_batches(step=0, vocab_size=320)
+    batches[1]["labels"][:, :40] = IGNORE_INDEX  # far fewer valid tokens in the second micro-batch
+    counts = [int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in batches]
+    assert counts[0] > 2 * counts[1] > 0
+
+    total = sum(counts)
+    hand = 0.0
+    for b in batches:
+        logits = reference(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        hand = hand + F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                      b["labels"][:, 1:].reshape(-1), ignore_index=IGNORE_INDEX,
+                                      reduction="sum") / total
+    hand.backward()
+
+    grads = {}
+
+    class Capture:
+        def step(self):
+            grads.update({n: p.grad.clone() for n, p in model.named_parameters()})
+
+        def zero_grad(self, set_to_none=True):
+            model.zero_grad(set_to_none=set_to_none)
+
+    engine.config = engine.config.model_copy(update={"train": engine.config.train.model_copy(update={"grad_clip": 0})})
+    loss, _, tokens = engine.train_step(model, Capture(), batches, torch.device("cpu"))
+    assert tokens == total
+    assert loss == pytest.approx(hand.item(), rel=1e-6)
+    for name, param in reference.named_parameters():
+        torch.testing.assert_close(grads[name], param.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_all_ignored_micro_batch_adds_nothing_and_never_nans():
+    logits = torch.randn(2, 5, 7)
+    labels = torch.full((2, 5), IGNORE_INDEX)
+    assert token_loss_sum(logits, labels).item() == 0.0
+
+
+def test_fsdp2_on_two_cpu_processes_matches_one_process_with_accumulation(tmp_path):
+    """Same global batch per step: 1 process x 2 micro-batches == 2 FSDP2 ranks x 1."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    losses = {}
+    for nproc, port in ((1, 29531), (2, 29532)):
+        cmd = [str(torchrun), f"--nproc-per-node={nproc}", f"--master-port={port}", "-m", "ligerkit", "train",
+               str(QWEN3_CPU), "--set", "train.steps=3", "--json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+        losses[nproc] = [s["loss"] for s in data["steps"]]
+    assert losses[1] == pytest.approx(losses[2], rel=1e-5)
