@@ -6,15 +6,9 @@ meta device (classes and state-dict layout), never with a forward pass.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-_REPO_ROOT = Path(__file__).resolve().parents[3]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
 
 from recipes.custom_lm.model import modeling_custom_lm as mcl
 

@@ -7,14 +7,8 @@ checked against transformers' own LlamaForCausalLM.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import torch
-
-_REPO_ROOT = Path(__file__).resolve().parents[3]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
 
 from recipes.vendored_llm.model import modeling_vendored_llama as mvl
 

@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
 
 import torch
 import torch.nn.functional as F
