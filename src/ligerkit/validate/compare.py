@@ -1,0 +1,79 @@
+"""Run a recipe with Liger off and on in separate processes and compare, step by step.
+
+Kernels are process-global monkey-patches, so each arm is its own ``ligerkit train --json``
+process (``torchrun`` for several GPUs) from the same seed and data. Used by the GPU benchmark
+scripts; ``ligerkit smoke`` builds on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ligerkit.errors import LigerKitError
+
+
+class ArmFailedError(LigerKitError):
+    """One arm's training process failed."""
+
+
+def run_arm(config: str | Path, overrides: list[str], nproc: int = 1, env: dict[str, str] | None = None,
+            timeout: float = 1800) -> dict[str, Any]:
+    """Train ``config`` in a fresh process (``torchrun`` when ``nproc > 1``); return its JSON."""
+    train = ["-m", "ligerkit", "train", str(config), "--json"]
+    for item in overrides:
+        train += ["--set", item]
+    if nproc > 1:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+        cmd = torchrun + train
+    else:
+        cmd = [sys.executable, *train]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    if proc.returncode != 0:
+        raise ArmFailedError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+
+def summarize(run: dict[str, Any], warmup: int) -> dict[str, Any]:
+    """Losses, grad norms, and median throughput / memory / MFU after ``warmup`` steps."""
+    steps = run["steps"]
+    timed = steps[warmup:] or steps
+    mfu = [s["mfu"] for s in timed if s["mfu"] is not None]
+    peak = [s["peak_mem_gib"] for s in steps if s["peak_mem_gib"] is not None]
+    return {
+        "losses": [s["loss"] for s in steps],
+        "grad_norms": [s["grad_norm"] for s in steps],
+        "tokens_per_s": statistics.median(s["tokens_per_s"] for s in timed),
+        "tokens_per_s_per_device": statistics.median(s["tokens_per_s_per_device"] for s in timed),
+        "peak_mem_gib": max(peak) if peak else None,
+        "mfu": statistics.median(mfu) if mfu else None,
+        "swaps": len(run["report"]["patched"]) if run.get("report") else 0,
+    }
+
+
+def loss_gap(a: list[float], b: list[float]) -> float:
+    """Largest per-step absolute loss difference."""
+    if len(a) != len(b):
+        raise ValueError(f"runs have {len(a)} and {len(b)} steps")
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def compare_liger(config: str | Path, steps: int, tolerance: float, warmup: int = 3,
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Liger off vs on for one config: per-step loss gap, speed and memory ratios."""
+    base = [f"train.steps={steps}", "train.progress=false"]
+    off = summarize(run_arm(config, [*base, "model.liger_kernel.enabled=false"], env=env), warmup)
+    on = summarize(run_arm(config, [*base, "model.liger_kernel.enabled=true"], env=env), warmup)
+    gap = loss_gap(off["losses"], on["losses"])
+    return {
+        "config": str(config), "steps": steps, "tolerance": tolerance, "off": off, "on": on,
+        "max_loss_gap": gap, "loss_parity": gap <= tolerance,
+        "speedup": on["tokens_per_s"] / off["tokens_per_s"],
+        "memory_ratio": (on["peak_mem_gib"] / off["peak_mem_gib"]) if off["peak_mem_gib"] else None,
+    }
