@@ -17,6 +17,7 @@ from transformers import Qwen3Config
 
 from ligerkit import LigerPatch
 from ligerkit.engine import Engine
+from ligerkit.engine.data import fill_text_from_corpus
 from ligerkit.engine.model_kit import resolve_dtype
 from recipes.composite_vlm.data import make_batch
 from recipes.composite_vlm.model.modeling_composite import CompositeVLM, CompositeVLMConfig
@@ -56,6 +57,8 @@ class CompositeVLMEngine(Engine):
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)
         batch = make_batch(self.model_config, size, self.config.data.seq_len, generator=generator,
                            motif_seed=self.config.seed)
+        if self.config.data.kind == "corpus":
+            fill_text_from_corpus(batch, self.config.data, self.config.seed, start)
         if torch.cuda.is_available() and self.config.model.dtype != "float32":
             batch["pixel_values"] = batch["pixel_values"].to(torch.bfloat16)
         return batch

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ligerkit.engine import Engine
+from ligerkit.engine.data import fill_text_from_corpus
 from ligerkit.engine.model_kit import transformers_config
 from recipes.qwen3_vl.data import make_batch
 
@@ -30,6 +31,8 @@ class Qwen3VLEngine(Engine):
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)
         batch = make_batch(self.hf_config, size, self.config.data.seq_len, generator=generator,
                            motif_seed=self.config.seed)
+        if self.config.data.kind == "corpus":
+            fill_text_from_corpus(batch, self.config.data, self.config.seed, start)
         return {k: (v.to(torch.bfloat16) if k == "pixel_values" and self._bf16 else v) for k, v in batch.items()}
 
     @property

@@ -77,3 +77,27 @@ def text_batch(cfg: DataConfig, vocab_size: int, seed: int, start: int, size: in
     attention_mask = (positions[None, :] < torch.tensor(reals)[:, None]).long()
     labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def corpus_text(cfg: DataConfig, seed: int, index: int, length: int) -> torch.Tensor:
+    """``length`` consecutive corpus tokens for sample ``index`` (deterministic)."""
+    ids = corpus_ids(str(cfg.corpus_path or DEFAULT_CORPUS))
+    g = _generator(seed, index)
+    start = int(torch.randint(0, len(ids) - length, (1,), generator=g))
+    return ids[start : start + length]
+
+
+def fill_text_from_corpus(batch: dict[str, torch.Tensor], cfg: DataConfig, seed: int, start: int) -> None:
+    """Replace the text of a multimodal batch with corpus text, in place.
+
+    Text positions are those whose label counts (``labels != IGNORE_INDEX``); ``labels`` may be
+    longer than ``input_ids`` by a prefix of image positions (prepended features), which is
+    skipped. Image placeholders, special tokens and padding are left as they are.
+    """
+    input_ids, labels = batch["input_ids"], batch["labels"]
+    offset = labels.shape[1] - input_ids.shape[1]
+    for row in range(input_ids.shape[0]):
+        text = labels[row, offset:] != IGNORE_INDEX
+        tokens = corpus_text(cfg, seed, start + row, int(text.sum()))
+        input_ids[row, text] = tokens
+        labels[row, offset:][text] = tokens
