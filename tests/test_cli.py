@@ -94,3 +94,45 @@ def test_python_dash_m_entry_point():
     proc = subprocess.run([sys.executable, "-m", "ligerkit", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     assert "families" in proc.stdout and "plan" in proc.stdout
+
+
+def test_check_a_recipe_shows_route_swaps_and_scan():
+    result = runner.invoke(app, ["check", "recipes/composite_vlm"])
+    assert result.exit_code == 0, result.output
+    assert "Route: composite" in result.stdout
+    assert "[swap] rms_norm: recipes.composite_vlm.model.modeling_vision.VisionRMSNorm" in result.stdout
+    assert "x liger_kernel.transformers.swiglu.LigerSwiGLUMLP" in result.stdout
+    assert "check: OK" in result.stdout
+
+
+def test_check_json_for_every_recipe():
+    for name in ("qwen3", "qwen3_vl", "custom_lm", "vendored_llm"):
+        result = runner.invoke(app, ["check", f"recipes/{name}", "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        gpu = next(p for p in data["plans"] if p["config"] == "gpu.yaml")
+        assert gpu["liger_enabled"] and gpu["scan"]["counts"] and not gpu["scan"]["unused"]
+
+
+def test_check_reports_every_problem_and_exits_1(tmp_path):
+    recipe = tmp_path / "recipes" / "broken"
+    (recipe / "configs").mkdir(parents=True)
+    (recipe / "configs" / "cpu.yaml").write_text("name: broken\nmodel: {family: qwen3, colour: red}\n")
+    result = runner.invoke(app, ["check", str(recipe)])
+    assert result.exit_code == 1
+    assert "missing README.md" in result.stderr
+    assert "model.colour: unknown key" in result.stderr
+
+
+def test_train_json_reports_steps():
+    result = runner.invoke(app, ["train", "recipes/qwen3/configs/cpu.yaml", "--set", "train.steps=2", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [s["step"] for s in data["steps"]] == [0, 1]
+    assert data["report"] is None  # Liger off in the CPU config
+
+
+def test_train_with_liger_on_a_cpu_exits_1_with_the_way_out():
+    result = runner.invoke(app, ["train", "recipes/qwen3/configs/cpu.yaml", "--set", "model.liger_kernel.enabled=true"])
+    assert result.exit_code == 1
+    assert "model.liger_kernel.enabled=false" in result.stderr

@@ -148,7 +148,7 @@ def scan_lines(scan: Any, model_class: str, config_source: str) -> list[str]:
 
 @app.command()
 def check(
-    recipe_dir: Annotated[str, typer.Argument(help="Recipe folder, e.g. recipes/qwen3.")] = "recipes/qwen3",
+    recipe_dir: Annotated[str, typer.Argument(help="Recipe folder (default: the composite VLM example).")] = "recipes/composite_vlm",
     as_json: JsonOpt = False,
 ) -> None:
     """Check a recipe on the CPU: structure, every config, plan + meta-device build + verify.
