@@ -126,3 +126,37 @@ def test_fsdp2_on_two_cpu_processes_matches_one_process_with_accumulation(tmp_pa
         data = json.loads(proc.stdout[proc.stdout.index("{"):])
         losses[nproc] = [s["loss"] for s in data["steps"]]
     assert losses[1] == pytest.approx(losses[2], rel=1e-5)
+
+
+def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, vocab_size=320)
+    torch.manual_seed(0)
+    saved = Qwen3ForCausalLM(config)
+    saved.save_pretrained(tmp_path / "ckpt")
+    engine = load_engine(QWEN3_CPU, ["model.source=pretrained", f"model.pretrained_path={tmp_path / 'ckpt'}",
+                                     "train.steps=2", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"])
+    model = engine.prepare_model(torch.device("cpu"))
+    torch.testing.assert_close(model.state_dict()["model.norm.weight"], saved.state_dict()["model.norm.weight"])
+    torch.testing.assert_close(model.lm_head.weight, saved.lm_head.weight)
+    result = engine.train(torch.device("cpu"))
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1]
+    assert json.loads(lines[0])["loss"] == pytest.approx(result.steps[0].loss)
+
+
+def test_pretrained_source_needs_a_path():
+    with pytest.raises(ConfigError, match="pretrained_path"):
+        load_recipe_config(QWEN3_CPU, ["model.source=pretrained"])
+
+
+def test_mfu_counts_matmuls_and_attention():
+    from ligerkit.engine.flops import flops_per_token
+
+    engine = load_engine(QWEN3_CPU)
+    model = engine.prepare_model(torch.device("meta"))
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    expected = 6 * linear + 12 * 2 * 4 * 16 * 64  # layers x heads x head_dim x seq_len
+    assert flops_per_token(model, 64) == expected

@@ -1,7 +1,9 @@
 """``Engine``: the recipe host. ``prepare_model`` = kit.apply, then build, then kit.verify.
 
 Recipes subclass it and override hooks: ``custom_patches`` (their own map), ``official_family``,
-``build_model`` (custom models), ``make_batch`` (other modalities), ``forward_logits``. The loss
+``build_model`` (custom models), ``make_batch`` (other modalities), ``forward_logits``; the
+lifecycle hooks are ``prepare_model``, ``prepare_data``, ``prepare_optimizer``, ``train_step`` and
+``train``. The loss
 is always the recipe's own: cross entropy summed over valid (non-ignored) shifted tokens, divided
 by the count of valid tokens over the whole optimizer step (all micro-batches, all ranks).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,6 +143,11 @@ class Engine:
             self.scan = self.kit.verify(model)
         return model
 
+    def prepare_data(self, model: torch.nn.Module) -> Callable[[int], list[Batch]]:
+        """The data source: global step -> this rank's micro-batches (deterministic)."""
+        vocab = model.get_output_embeddings().weight.shape[0]
+        return lambda step: self.micro_batches(step, vocab)
+
     def prepare_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         """AdamW over every trainable parameter."""
         t = self.config.train
@@ -208,7 +216,7 @@ class Engine:
         if self.env.distributed:
             D.shard(model, self.fsdp_units(model))
         optimizer = self.prepare_optimizer(model)
-        vocab = model.get_output_embeddings().weight.shape[0]
+        data = self.prepare_data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
         peak = peak_flops(device, t.peak_tflops)
         out = Path(t.output_dir) if t.output_dir else None
@@ -219,7 +227,7 @@ class Engine:
             for step in range(t.steps):
                 for group in optimizer.param_groups:
                     group["lr"] = self.lr_at(step)
-                batches = self.micro_batches(step, vocab)  # data generation is not timed
+                batches = data(step)  # data generation is not timed
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 start = time.perf_counter()
