@@ -96,10 +96,13 @@ def test_applied_context_manager_scopes_the_patch(kit):
     assert kit.report.applications == ()
 
 
-def test_function_patch(kit):
-    report = kit.apply(custom_patches={"rope": LigerPatch(ENC, "encoder_activation", liger_rotary_pos_emb)})
+def test_function_patch_with_the_probe_turned_off_is_reported_unprobed(kit):
+    report = kit.apply(custom_patches={"rope": LigerPatch(ENC, "encoder_activation", liger_rotary_pos_emb)},
+                       skip_probe=("rope",))
     assert enc.encoder_activation is liger_rotary_pos_emb
     assert report.patched[0].replacement == "liger_kernel.transformers.rope.liger_rotary_pos_emb"
+    assert report.unprobed == (f"rope: {ENC}.encoder_activation -> liger_kernel.transformers.rope.liger_rotary_pos_emb"
+                               " (probe turned off by the caller)",)
 
 
 @pytest.mark.parametrize("bad_replacement", [object()])

@@ -111,7 +111,7 @@ def test_official_route_overwriting_a_custom_patch_is_a_conflict(kit):
 
     original = modeling_qwen3.Qwen3RMSNorm
     kit.apply(custom_patches={"norm": LigerPatch("transformers.models.qwen3.modeling_qwen3", "Qwen3RMSNorm",
-                                                 LigerSwiGLUMLP)})
+                                                 LigerSwiGLUMLP)}, probe=False)
     with pytest.raises(E.ConflictingPatchError):
         kit.apply(model_family="qwen3")
     kit.revert()

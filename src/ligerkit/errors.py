@@ -142,3 +142,7 @@ class HelperFailedError(LigerKitError):
 
 class InvalidOptionError(LigerKitError):
     """An option value is malformed (a ``modules`` value, a command-line option)."""
+
+
+class ProbeMismatchError(LigerKitError):
+    """A custom patch's replacement does not compute what the source symbol computes."""

@@ -14,13 +14,13 @@ encoder) form the composite route: one ledger, one aggregated ``kit.report``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from ligerkit.environment import environment_gaps
 from ligerkit.errors import FamilyResolutionError, InvalidPatchError
-from ligerkit.kit.config import family_of
+from ligerkit.kit.config import family_of, load_config
 from ligerkit.kit.custom import CustomPatches, apply_custom
 from ligerkit.kit.families import get_family
 from ligerkit.kit.ledger import Ledger
@@ -48,6 +48,9 @@ class LigerKernelKit:
         custom_patches: CustomPatches | None = None,
         trust_remote_code: bool = False,
         strict: bool = True,
+        config: Any = None,
+        probe: bool = True,
+        skip_probe: Collection[str] = (),
     ) -> LigerKernelReport:
         """Patch before the model is built and return the measured report of this call.
 
@@ -64,6 +67,12 @@ class LigerKernelKit:
             trust_remote_code: allow remote code when reading a cached config (off by default).
             strict: when false, an enabled module the helper does not accept or that swaps nothing
                 is recorded in the report's no-op list instead of raising. Everything else raises.
+            config: the model config the custom-route probe builds modules from (read from
+                ``model_name_or_path`` when not given); without one, modules whose constructor
+                takes a config go unprobed, and the report lists them.
+            probe: probe every custom patch's math against the source before swapping (default).
+            skip_probe: custom_patches keys, attrs or ``module.attr`` whose probe is skipped (a
+                constructor the probe cannot handle); the report lists them as unprobed.
 
         Raises:
             LigerKitError: a subclass per problem, with what to do in its message.
@@ -76,7 +85,9 @@ class LigerKernelKit:
                     "custom_patches. Put the official family in its own apply() call, then call apply() "
                     "again with the custom map."
                 )
-            app = apply_custom(model_family, custom_patches, excluded, self._ledger)
+            if config is None and model_name_or_path is not None:
+                config = load_config(model_name_or_path, trust_remote_code)
+            app = apply_custom(model_family, custom_patches, excluded, self._ledger, config, probe, skip_probe)
         else:
             family = get_family(self._family_name(model_name_or_path, model_family, trust_remote_code))
             already_on = self._turned_on(family.helper_name)

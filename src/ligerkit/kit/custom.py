@@ -11,8 +11,9 @@ import difflib
 import importlib
 import inspect
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ligerkit.errors import (
     ConflictingPatchError,
@@ -22,6 +23,7 @@ from ligerkit.errors import (
     ModuleConflictError,
     NoEffectError,
     PatchImportError,
+    ProbeMismatchError,
 )
 from ligerkit.kit.ledger import Ledger
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
@@ -141,13 +143,55 @@ def _missing(name: str, patch: LigerPatch, owner: object, attr: str) -> MissingS
     )
 
 
+def _probe_all(todo: list[_Resolved], config: Any, enabled: bool, skip: Collection[str]) -> tuple[list[str], list[str]]:
+    """Probe every patch against the catalog before anything is swapped.
+
+    Returns ``(probed, unprobed)`` lines for the report; raises :class:`ProbeMismatchError` on a
+    replacement whose math differs from the source's.
+    """
+    from ligerkit.verify.catalog import lookup
+    from ligerkit.verify.probe import MISMATCH, UNPROBED, probe
+    from ligerkit.verify.suggest import best_alternative
+
+    probed, unprobed = [], []
+    for item in todo:
+        where = f"{item.patch.module}.{item.patch.attr}"
+        label = f"{item.name}: {where} -> {qualified_name(item.patch.replacement)}"
+        entry = lookup(item.patch.replacement)
+        if not enabled or item.name in skip or item.patch.attr in skip or where in skip:
+            unprobed.append(f"{label} (probe turned off by the caller)")
+            continue
+        if entry is None:
+            unprobed.append(f"{label} (replacement not in ligerkit's catalog)")
+            continue
+        result = probe(item.original, entry, config, item.module)
+        if result.verdict == UNPROBED:
+            unprobed.append(f"{label} ({result.reasons[0]})")
+        elif result.verdict == MISMATCH:
+            alternative = best_alternative(item.original, entry.kind, config, item.module, entry.name)
+            advice = (f"Use {alternative} instead: it matches." if alternative
+                      else "No Liger replacement in the catalog matches it: leave it off.")
+            raise ProbeMismatchError(
+                f"custom_patches[{item.name!r}]: {where} does not compute what {entry.name} computes "
+                f"({'; '.join(result.reasons)}). {entry.name} computes: {entry.computes}. {advice} "
+                "(`ligerkit suggest` probes every symbol of a module.)"
+            )
+        else:
+            probed.append(f"{label}: match")
+    return probed, unprobed
+
+
 def apply_custom(
     label: str | None,
     custom_patches: object,
     excluded: Sequence[str],
     ledger: Ledger,
+    config: Any = None,
+    probe: bool = True,
+    skip_probe: Collection[str] = (),
 ) -> Application:
-    """Check every patch, then swap them all, measured, recording each in ``ledger``."""
+    """Check every patch (import, symbol, kind, conflicts, then the math probe), then swap them all,
+    measured, recording each in ``ledger``."""
     pairs = normalize(custom_patches)
     both = {name for name, _ in pairs if name in excluded}
     if both:
@@ -171,6 +215,7 @@ def apply_custom(
         targets[key] = item
         todo.append(item)
 
+    probed, unprobed = _probe_all(todo, config, probe, skip_probe)
     owners = owners_of({id(i.module): i.module for i in todo}.values())
     owners += [i.owner for i in todo]
     snap = Snapshot(owners)
@@ -202,6 +247,8 @@ def apply_custom(
         excluded=tuple(excluded),
         noop=tuple(dict.fromkeys(n for n in noop if n not in {i.name for i in todo})),
         patched=tuple(patched),
+        probed=tuple(probed),
+        unprobed=tuple(unprobed),
     )
 
 

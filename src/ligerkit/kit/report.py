@@ -56,6 +56,8 @@ class Application:
     noop: tuple[str, ...]
     patched: tuple[Swap, ...]
     notes: tuple[str, ...] = ()
+    probed: tuple[str, ...] = ()
+    unprobed: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -69,6 +71,8 @@ class Application:
             "noop": list(self.noop),
             "patched": [s.to_dict() for s in self.patched],
             "notes": list(self.notes),
+            "probed": list(self.probed),
+            "unprobed": list(self.unprobed),
         }
 
 
@@ -132,6 +136,11 @@ class LigerKernelReport:
         return tuple(f"{a.family}:{n}" for a in self.applications for n in a.noop)
 
     @property
+    def unprobed(self) -> tuple[str, ...]:
+        """Custom patches whose math was not checked, with why."""
+        return tuple(u for a in self.applications for u in a.unprobed)
+
+    @property
     def patched(self) -> tuple[Swap, ...]:
         """Every real swap, in the order it happened."""
         return tuple(s for a in self.applications for s in a.patched)
@@ -145,6 +154,7 @@ class LigerKernelReport:
             "modules": self.modules,
             "excluded": list(self.excluded),
             "noop_flags": list(self.noop_flags),
+            "unprobed": list(self.unprobed),
             "patched": [s.to_dict() for s in self.patched],
             "applications": [a.to_dict() for a in self.applications],
             "environment_gaps": list(self.environment_gaps),
@@ -170,6 +180,10 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
         console.print(f"  - {app.route} {app.family or '(unnamed)'}: {how}")
         for note in app.notes:
             console.print(f"    note: {note}")
+        for line in app.probed:
+            console.print(f"    probe: {line}", markup=False)
+        for line in app.unprobed:
+            console.print(f"    NOT probed: {line}", markup=False)
     selection = Table(
         title="Module selection (as resolved, Liger defaults included)", title_justify="left", box=box.SIMPLE
     )

@@ -1,0 +1,237 @@
+"""``suggest``: find the norm / MLP / rotary symbols of a modeling module, probe each against the
+catalog, and write the ``custom_patches`` map of the verified ones. When unsure, leave it off.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ligerkit.errors import LigerKitError
+from ligerkit.verify.catalog import by_kind
+from ligerkit.verify.probe import MATCH, UNPROBED, ProbeResult, probe
+
+_NORM = re.compile(r"Norm$")
+_MLP = re.compile(r"(MLP|FeedForward|FFN)$")
+_ROPE = re.compile(r"^apply_(multimodal_)?rotary_pos_emb$")
+_CONFIG_ATTR = re.compile(r"config\.(\w+)")
+SMALL_DIMS = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, num_hidden_layers=2, vocab_size=256)
+
+
+class SuggestError(LigerKitError):
+    """The module or config for ``suggest`` cannot be loaded."""
+
+
+@dataclass
+class Candidate:
+    """One source symbol, its verdict and why."""
+
+    symbol: str
+    kind: str
+    verdict: str  # "match" | "leave_off"
+    replacement: str | None
+    reason: str
+    module_name: str | None = None  # semantic key for custom_patches
+    results: list[ProbeResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"symbol": self.symbol, "kind": self.kind, "verdict": self.verdict,
+                "replacement": self.replacement, "reason": self.reason, "module": self.module_name,
+                "probes": [{"replacement": r.replacement, "verdict": r.verdict, "reasons": list(r.reasons)}
+                           for r in self.results]}
+
+
+@dataclass
+class Suggestion:
+    """What ``suggest`` found in one modeling module."""
+
+    module: str
+    config: str
+    candidates: list[Candidate]
+
+    @property
+    def matched(self) -> list[Candidate]:
+        """The verified candidates."""
+        return [c for c in self.candidates if c.verdict == MATCH]
+
+    def patches_code(self) -> str:
+        """A ready-to-paste ``custom_patches`` map of the verified candidates, as Python."""
+        from ligerkit.verify.catalog import CATALOG
+
+        used = {c.replacement for c in self.matched}
+        lines = [f"from {r.module_path} import {r.name}" for r in CATALOG if r.name in used]
+        lines += ["", "from ligerkit import LigerPatch", "", "custom_patches = {"]
+        groups: dict[str, list[Candidate]] = {}
+        for c in self.matched:
+            groups.setdefault(c.module_name or c.kind, []).append(c)
+        for key, items in groups.items():
+            patches = [f'LigerPatch("{self.module}", "{c.symbol}", {c.replacement})' for c in items]
+            value = patches[0] if len(patches) == 1 else "[\n        " + ",\n        ".join(patches) + ",\n    ]"
+            lines.append(f'    "{key}": {value},')
+        lines.append("}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"module": self.module, "config": self.config, "candidates": [c.to_dict() for c in self.candidates],
+                "custom_patches": self.patches_code()}
+
+
+def load_module(spec: str) -> types.ModuleType:
+    """A dotted module name, or a ``.py`` file (imported under its package's dotted name)."""
+    path = Path(spec)
+    if spec.endswith(".py") or path.exists():
+        path = path.resolve()
+        if not path.is_file():
+            raise SuggestError(f"{spec} is not a Python file")
+        parts = [path.stem]
+        root = path.parent
+        while (root / "__init__.py").exists():
+            parts.insert(0, root.name)
+            root = root.parent
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        spec = ".".join(parts)
+    try:
+        return importlib.import_module(spec)
+    except Exception as exc:
+        raise SuggestError(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
+
+
+def _default_config_class(module: types.ModuleType) -> type | None:
+    classes = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
+    for suffix in ("ForCausalLM", "ForConditionalGeneration", "Model"):
+        for cls in classes:
+            config_class = getattr(cls, "config_class", None)
+            if cls.__name__.endswith(suffix) and isinstance(config_class, type):
+                return config_class
+    return None
+
+
+def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str, Any] | None = None) -> Any:
+    """A small config: ``pkg.Class`` / ``pkg.module:Class``, a JSON file, or the module's own config class."""
+    overrides = overrides or {}
+    if spec is None:
+        cls = _default_config_class(module)
+        return _small(cls, overrides) if cls is not None else None
+    path = Path(spec)
+    if path.suffix == ".json" and path.is_file():
+        data = {**json.loads(path.read_text()), **overrides}
+        if "model_type" in data:
+            from transformers import AutoConfig
+
+            return AutoConfig.for_model(**data)
+        return types.SimpleNamespace(**data)
+    module_name, _, attr = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:
+        raise SuggestError(f"cannot load config class {spec}: {exc}") from exc
+    return _small(cls, overrides)
+
+
+def _small(cls: type, overrides: dict[str, Any]) -> Any:
+    try:
+        return cls(**{**SMALL_DIMS, **overrides})
+    except TypeError:
+        fields = inspect.signature(cls).parameters
+        return cls(**{k: v for k, v in {**SMALL_DIMS, **overrides}.items() if k in fields})
+
+
+def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
+    """Candidate symbols: norms and MLPs by name or behaviour, rotary functions by name."""
+    found = []
+    for name, obj in vars(module).items():
+        if isinstance(obj, type) and obj.__module__ == module.__name__ and issubclass(obj, nn.Module):
+            if getattr(obj, "_supports_sdpa", None) is not None or hasattr(obj, "config_class"):
+                continue  # PreTrainedModel classes
+            if _NORM.search(name):
+                found.append((name, obj, "norm"))
+            elif _MLP.search(name):
+                found.append((name, obj, "mlp"))
+        elif inspect.isfunction(obj) and obj.__module__ == module.__name__ and _ROPE.match(name):
+            found.append((name, obj, "rope"))
+    return found
+
+
+def _used_classes(config: Any) -> tuple[set[type], str] | None:
+    """Classes a meta-device build of the config's model instantiates (transformers configs only)."""
+    from transformers import PretrainedConfig
+
+    if not isinstance(config, PretrainedConfig):
+        return None
+    from ligerkit.kit.metabuild import build_meta_model
+
+    try:
+        model = build_meta_model(config)
+    except LigerKitError:
+        return None
+    return {type(m) for m in model.modules()}, type(model).__name__
+
+
+def _config_terms(obj: object, config: Any) -> str:
+    try:
+        names = sorted(set(_CONFIG_ATTR.findall(inspect.getsource(obj))))
+    except (OSError, TypeError):
+        return ""
+    shown = [f"{n}={getattr(config, n)!r}" for n in names if config is not None and hasattr(config, n)
+             and not isinstance(getattr(config, n), (dict, list)) and n not in SMALL_DIMS]
+    return f" (for this config: {', '.join(shown)})" if shown else ""
+
+
+def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None) -> Suggestion:
+    """Probe every candidate symbol of a modeling module; see the module docstring."""
+    module = load_module(module_spec)
+    config = load_config(config_spec, module, overrides)
+    used = _used_classes(config)
+    candidates = []
+    for name, obj, kind in discover(module):
+        results = []
+        if used is not None and isinstance(obj, type) and obj not in used[0]:
+            candidates.append(Candidate(name, kind, "leave_off", None,
+                                        f"{used[1]} built from this config never instantiates it"))
+            continue
+        for replacement in by_kind(kind):
+            result = probe(obj, replacement, config, module)
+            results.append(result)
+            if result.verdict == MATCH:
+                candidates.append(Candidate(name, kind, MATCH, replacement.name,
+                                            f"computes what {replacement.name} computes{_config_terms(obj, config)}",
+                                            replacement.module, results))
+                break
+        else:
+            unprobed = [r for r in results if r.verdict == UNPROBED]
+            if unprobed:
+                reason = f"not probed ({unprobed[0].reasons[0]}); left off"
+            else:
+                reason = "; ".join(f"not {r.replacement}: {r.reasons[0]}" for r in results)
+            candidates.append(Candidate(name, kind, "leave_off", None, reason + _config_terms(obj, config),
+                                        None, results))
+    label = type(config).__name__ if config is not None else "none"
+    return Suggestion(module.__name__, label, candidates)
+
+
+def best_alternative(source: object, kind: str, config: Any, module: types.ModuleType | None,
+                     exclude: str) -> str | None:
+    """The catalog replacement of ``kind`` that matches ``source``, other than ``exclude``."""
+    for replacement in by_kind(kind):
+        if replacement.name != exclude and probe(source, replacement, config, module).verdict == MATCH:
+            return replacement.name
+    return None
+
+
+def probe_dtype_note() -> str:
+    """Where the probe runs (kept for reports)."""
+    return f"probed on the CPU with pure-PyTorch references (torch {torch.__version__})"
