@@ -1,4 +1,4 @@
-"""``ligerkit`` command line: families | plan | check | train.
+"""``ligerkit`` command line: families | plan | suggest | check | train.
 
 Every verb takes ``--json`` for machine-readable output; a ligerkit error exits with code 1 and
 its message on stderr.
@@ -144,6 +144,42 @@ def scan_lines(scan: Any, model_class: str, config_source: str) -> list[str]:
     lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in scan.stale]
     lines.append("Validated: swaps measured, model scanned. Still to run on a GPU: `pytest -m gpu` (loss parity).")
     return lines
+
+
+@app.command()
+def suggest(
+    module: Annotated[str, typer.Argument(help="Modeling module (dotted name) or .py file, e.g. a vendored copy.")],
+    config: Annotated[str | None, typer.Option(help="Config class (pkg.Class or pkg.module:Class) or JSON file.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override, e.g. --set mlp_bias=true.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Probe every norm / MLP / rotary symbol of a modeling module and print the verified custom_patches map.
+
+    Each candidate is compared, forward and backward in float32 and bfloat16, against the pure-PyTorch
+    reference of every compatible Liger replacement; anything that does not match exactly is left off.
+    """
+    from ligerkit.engine.config import parse_override
+    from ligerkit.verify.suggest import suggest as run_suggest
+
+    def body() -> None:
+        overrides = {}
+        for item in set_ or []:
+            path, value = parse_override(item)
+            overrides[".".join(path)] = value
+        result = run_suggest(module, config, overrides)
+        if as_json:
+            _emit_json(result.to_dict())
+            return
+        table = Table(title=f"{result.module} (config: {result.config})", title_justify="left")
+        for col in ("symbol", "kind", "verdict", "replacement", "reason"):
+            table.add_column(col, overflow="fold")
+        for c in result.candidates:
+            table.add_row(c.symbol, c.kind, c.verdict, c.replacement or "-", c.reason)
+        out.print(table)
+        out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates verified", markup=False)
+        sys.stdout.write(result.patches_code() + "\n")  # unwrapped: ready to paste
+
+    _run(body)
 
 
 @app.command()

@@ -46,6 +46,10 @@ class CompositeVLMEngine(Engine):
         cfg = self.config.model.config
         return CompositeVLMConfig(vision=VisionConfig(**cfg["vision"]), text=Qwen3Config(**cfg["text"]))
 
+    def probe_config(self) -> object:
+        """What the kit's probe builds the mapped source modules from."""
+        return self.model_config.vision
+
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` (classes resolved through the patched modules)."""
         with torch.device(device):

@@ -31,6 +31,10 @@ class CustomLMEngine(Engine):
             "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
         }
 
+    def probe_config(self) -> object:
+        """What the kit's probe builds the mapped source modules from."""
+        return CustomLMConfig(**self.config.model.config)
+
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` from ``model.config``."""
         with torch.device(device):

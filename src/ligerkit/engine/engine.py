@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 
@@ -94,6 +95,11 @@ class Engine:
         """The recipe's own ``custom_patches`` map (custom and composite recipes)."""
         return None
 
+    def probe_config(self) -> Any:
+        """The config the kit's probe builds the custom map's source modules from (``None``: the
+        probe builds what it can from the constructors and the report lists the rest as unprobed)."""
+        return None
+
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build the model (after the kit was applied)."""
         return self.model_kit.build_model(self.config.model, device)
@@ -125,7 +131,7 @@ class Engine:
             patches = {k: v for k, v in patches.items() if lk.modules.get(k, True)}
         if patches:
             self.kit.apply(model_family=self.config.model.family, custom_patches=patches,
-                           excluded_modules=lk.excluded_modules)
+                           excluded_modules=lk.excluded_modules, config=self.probe_config())
         return self.kit.report
 
     def prepare_model(self, device: torch.device) -> torch.nn.Module:

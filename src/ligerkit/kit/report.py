@@ -181,9 +181,9 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
         for note in app.notes:
             console.print(f"    note: {note}")
         for line in app.probed:
-            console.print(f"    probe: {line}", markup=False)
+            console.print(f"    probe: {line}", markup=False, soft_wrap=True)
         for line in app.unprobed:
-            console.print(f"    NOT probed: {line}", markup=False)
+            console.print(f"    NOT probed: {line}", markup=False, soft_wrap=True)
     selection = Table(
         title="Module selection (as resolved, Liger defaults included)", title_justify="left", box=box.SIMPLE
     )

@@ -143,11 +143,21 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
 
 
 def _small(cls: type, overrides: dict[str, Any]) -> Any:
-    try:
-        return cls(**{**SMALL_DIMS, **overrides})
-    except TypeError:
-        fields = inspect.signature(cls).parameters
-        return cls(**{k: v for k, v in {**SMALL_DIMS, **overrides}.items() if k in fields})
+    """The config class at small dimensions (falling back to fewer overrides if it objects)."""
+    fields = inspect.signature(cls).parameters
+    attempts = [
+        {**SMALL_DIMS, **overrides},
+        {k: v for k, v in {**SMALL_DIMS, **overrides}.items() if k in fields or k in overrides},
+        {**{k: v for k, v in SMALL_DIMS.items() if k != "num_key_value_heads"}, **overrides},
+        dict(overrides),
+    ]
+    error: Exception | None = None
+    for kwargs in attempts:
+        try:
+            return cls(**kwargs)
+        except Exception as exc:  # config validators reject some combinations; try the next
+            error = exc
+    raise SuggestError(f"cannot build {cls.__name__} with small dimensions: {error}")
 
 
 def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
