@@ -181,3 +181,18 @@ def test_suggest_cli_json_and_a_vendored_file():
 def test_guide_renders_the_decision_table_from_the_catalog():
     guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
     assert render_table() in guide
+
+
+def test_a_class_built_two_ways_in_one_model_is_left_off():
+    """esmc builds EsmcLayerNorm with a bias in some places and without in others: one probe
+    cannot stand for both, and LigerLayerNorm would give the bias-free ones a trainable bias."""
+    found = {c.symbol: c for c in suggest("transformers.models.esmc.modeling_esmc", "transformers.EsmcConfig").candidates}
+    assert found["EsmcLayerNorm"].verdict == "leave_off"
+    assert "different parameters in different places" in found["EsmcLayerNorm"].reason
+
+
+def test_a_class_the_model_never_builds_is_left_off():
+    found = {c.symbol: c for c in suggest("transformers.models.qwen3.modeling_qwen3").candidates}
+    assert found["Qwen3RMSNorm"].replacement == "LigerRMSNorm"
+    assert all(c.verdict == "leave_off" and "never instantiates" in c.reason
+               for c in found.values() if c.symbol.endswith("MLP") and c.symbol != "Qwen3MLP")

@@ -144,6 +144,14 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
 
 def _small(cls: type, overrides: dict[str, Any]) -> Any:
     """The config class at small dimensions (falling back to fewer overrides if it objects)."""
+    config = _small_config(cls, overrides)
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int) and pad >= SMALL_DIMS["vocab_size"] and "pad_token_id" not in overrides:
+        config.pad_token_id = 0  # keep the padding index inside the small vocabulary
+    return config
+
+
+def _small_config(cls: type, overrides: dict[str, Any]) -> Any:
     fields = inspect.signature(cls).parameters
     attempts = [
         {**SMALL_DIMS, **overrides},
@@ -176,8 +184,16 @@ def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
     return found
 
 
-def _used_classes(config: Any) -> tuple[set[type], str] | None:
-    """Classes a meta-device build of the config's model instantiates (transformers configs only)."""
+@dataclass(frozen=True)
+class _Built:
+    """What a meta-device build of the config's model instantiates."""
+
+    model_class: str
+    layouts: dict[type, set[tuple[str, ...]]]  # class -> the parameter layouts its instances have
+
+
+def _build(config: Any) -> _Built | None:
+    """Meta-build the config's model (transformers configs only) and note every class's instances."""
     from transformers import PretrainedConfig
 
     if not isinstance(config, PretrainedConfig):
@@ -188,7 +204,23 @@ def _used_classes(config: Any) -> tuple[set[type], str] | None:
         model = build_meta_model(config)
     except LigerKitError:
         return None
-    return {type(m) for m in model.modules()}, type(model).__name__
+    layouts: dict[type, set[tuple[str, ...]]] = {}
+    for m in model.modules():
+        layouts.setdefault(type(m), set()).add(tuple(sorted(m.state_dict().keys())))
+    return _Built(type(model).__name__, layouts)
+
+
+def _layout_problem(obj: type, built: _Built | None, config: Any) -> str | None:
+    """Why the probed instance does not stand for every instance the model builds, if it does not."""
+    if built is None:
+        return None
+    layouts = built.layouts.get(obj)
+    if layouts is None:
+        return f"{built.model_class} built from this config never instantiates it"
+    if len(layouts) > 1:
+        shown = " vs ".join(str(list(layout)) for layout in sorted(layouts))
+        return f"the model builds it with different parameters in different places ({shown}); left off"
+    return None
 
 
 def _config_terms(obj: object, config: Any) -> str:
@@ -205,13 +237,13 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
     """Probe every candidate symbol of a modeling module; see the module docstring."""
     module = load_module(module_spec)
     config = load_config(config_spec, module, overrides)
-    used = _used_classes(config)
+    built = _build(config)
     candidates = []
     for name, obj, kind in discover(module):
         results = []
-        if used is not None and isinstance(obj, type) and obj not in used[0]:
-            candidates.append(Candidate(name, kind, "leave_off", None,
-                                        f"{used[1]} built from this config never instantiates it"))
+        problem = _layout_problem(obj, built, config) if isinstance(obj, type) else None
+        if problem:
+            candidates.append(Candidate(name, kind, "leave_off", None, problem))
             continue
         for replacement in by_kind(kind):
             result = probe(obj, replacement, config, module)
