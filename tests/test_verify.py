@@ -191,8 +191,9 @@ def test_a_class_built_two_ways_in_one_model_is_left_off():
     assert "different parameters in different places" in found["EsmcLayerNorm"].reason
 
 
-def test_a_class_the_model_never_builds_is_left_off():
-    found = {c.symbol: c for c in suggest("transformers.models.qwen3.modeling_qwen3").candidates}
-    assert found["Qwen3RMSNorm"].replacement == "LigerRMSNorm"
-    assert all(c.verdict == "leave_off" and "never instantiates" in c.reason
-               for c in found.values() if c.symbol.endswith("MLP") and c.symbol != "Qwen3MLP")
+def test_a_class_the_model_never_builds_is_left_off_and_the_config_decides():
+    module = "transformers.models.qwen3_moe.modeling_qwen3_moe"
+    sparse = {c.symbol: c for c in suggest(module).candidates}
+    assert sparse["Qwen3MoeMLP"].verdict == "leave_off" and "never instantiates" in sparse["Qwen3MoeMLP"].reason
+    dense_first = {c.symbol: c for c in suggest(module, None, {"mlp_only_layers": [0]}).candidates}
+    assert dense_first["Qwen3MoeMLP"].replacement == "LigerSwiGLUMLP"
