@@ -7,7 +7,8 @@ initial values where the source's are constant (``w`` ones vs zeros), gives both
 non-trivial weights, and compares the source's forward and backward against the candidate's
 pure-PyTorch reference, in float32 and in bfloat16 (casting order shows only there). It also runs
 the source twice in training mode: a module with active dropout is not a match. A function probe
-(rotary) feeds the source the cos/sin the family's own rotary embedding produces.
+(rotary) feeds the source the cos/sin the family's own rotary embedding produces. On a CUDA GPU a
+matching pair is also run through Liger's real kernel, against the source, in bfloat16.
 """
 
 from __future__ import annotations
@@ -186,6 +187,8 @@ def probe_class(source_cls: type, replacement: Replacement, config: Any = None) 
                 reasons.append(f"{tag} {what} differs (max abs diff {worst:.3g})")
         if any(r.startswith(tag) for r in reasons):
             break
+    if not reasons and kernel_available():
+        reasons += _kernel_check_module(s, c, x, errors)
     verdict = MISMATCH if reasons else MATCH
     return ProbeResult(src_name, replacement.name, verdict, tuple(reasons), errors)
 
@@ -294,7 +297,45 @@ def probe_function(fn: Callable[..., Any], replacement: Replacement, config: Any
                 reasons.append(f"{tag} rotated {what} differs (max abs diff {worst:.3g})")
         if reasons:
             break
+    if not reasons and kernel_available():
+        reasons += _kernel_check_function(fn, replacement.obj, inputs, errors)
     return ProbeResult(src_name, replacement.name, MISMATCH if reasons else MATCH, tuple(reasons), errors)
+
+
+KERNEL_TOLERANCE = 5e-2  # Liger's Triton kernels round differently from eager PyTorch in bfloat16
+
+
+def kernel_available() -> bool:
+    """Liger's real kernels can run here (a CUDA GPU)."""
+    return torch.cuda.is_available()
+
+
+def _kernel_close(name: str, a: torch.Tensor, b: torch.Tensor, errors: dict[str, float]) -> list[str]:
+    a, b = a.float(), b.float()
+    worst = float((a - b).abs().max()) if a.numel() else 0.0
+    errors[f"kernel {name}"] = worst
+    scale = float(b.abs().max()) or 1.0
+    return [] if worst <= KERNEL_TOLERANCE * scale else [f"Liger's kernel on the GPU: {name} differs (max abs diff {worst:.3g})"]
+
+
+def _kernel_check_module(source: nn.Module, candidate: nn.Module, x: torch.Tensor,
+                         errors: dict[str, float]) -> list[str]:
+    """Run the real Liger module on the GPU against the source, bfloat16, forward and backward."""
+    source, candidate = source.to("cuda", torch.bfloat16), candidate.to("cuda", torch.bfloat16)
+    xs = x.to("cuda", torch.bfloat16)
+    grad = torch.randn(_out_shape(source, xs), generator=torch.Generator().manual_seed(5)).to("cuda")
+    got = _module_outputs(source, source, xs, grad)
+    want = _module_outputs(candidate, candidate, xs, grad)
+    names = ["forward", "grad input", *["grad " + n for n, _ in sorted(source.named_parameters())]]
+    return [r for name, a, b in zip(names, got, want, strict=True) for r in _kernel_close(name, a, b, errors)]
+
+
+def _kernel_check_function(fn: Callable[..., Any], kernel: Callable[..., Any], inputs: dict[str, Any],
+                           errors: dict[str, float]) -> list[str]:
+    """Run the real Liger rotary kernel on the GPU against the source, bfloat16."""
+    args = {k: (v.to("cuda", torch.bfloat16) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    got, want = fn(**args), kernel(**args)
+    return [r for name, a, b in zip(("q", "k"), got, want, strict=True) for r in _kernel_close(name, a, b, errors)]
 
 
 def _mrope_section(config: Any, width: int) -> list[int]:
