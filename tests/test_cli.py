@@ -103,6 +103,7 @@ def test_check_a_recipe_shows_route_swaps_and_scan():
     assert "[swap] rms_norm: recipes.composite_vlm.model.modeling_vision.VisionRMSNorm" in result.stdout
     assert "x liger_kernel.transformers.swiglu.LigerSwiGLUMLP" in result.stdout
     assert "check: OK" in result.stdout
+    assert "loss path: standard: full logits" in result.stdout
 
 
 def test_check_json_for_every_recipe():

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ligerkit.engine.config import ConfigError, load_recipe_config, validate_config
 from ligerkit.engine.data import IGNORE_INDEX, ByteTokenizer, text_batch
-from ligerkit.engine.engine import token_loss_sum
+from ligerkit.engine.engine import StepModule, token_loss_sum
 from ligerkit.engine.recipe import load_engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_engine_loss_is_token_normalized_over_the_whole_step():
             model.zero_grad(set_to_none=set_to_none)
 
     engine.config = engine.config.model_copy(update={"train": engine.config.train.model_copy(update={"grad_clip": 0})})
-    loss, _, tokens = engine.train_step(model, Capture(), batches, torch.device("cpu"))
+    loss, _, tokens = engine.train_step(StepModule(engine, model), Capture(), batches, torch.device("cpu"))
     assert tokens == total
     assert loss == pytest.approx(hand.item(), rel=1e-6)
     for name, param in reference.named_parameters():

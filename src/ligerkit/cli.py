@@ -202,6 +202,7 @@ def check(
             out.print(f"Recipe {result.recipe}: {len(result.plans)} config(s)", markup=False)
             for plan in result.plans:
                 out.print(f"\n== {plan.config}: Liger {'on' if plan.liger_enabled else 'off'} ==", markup=False)
+                out.print(f"loss path: {plan.loss_path}", markup=False, soft_wrap=True)
                 if plan.report is not None and plan.scan is not None:
                     render_report(plan.report, out)
                     render_scan(plan.scan, plan.model_class or "?", plan.config)
@@ -237,6 +238,7 @@ def train(
         if as_json:
             _emit_json({
                 "config": engine.config.model_dump(mode="json"),
+                "loss_path": engine.loss_path(),
                 "report": result.report.to_dict() if result.report else None,
                 "scan": result.scan.to_dict() if result.scan else None,
                 "steps": [s.to_dict() for s in result.steps],
@@ -248,6 +250,7 @@ def train(
                 render_scan(result.scan, "the trained model", "the recipe config")
         else:
             out.print("Liger: off (model.liger_kernel.enabled is false); the model trained unpatched.", markup=False)
+        out.print(f"loss path: {engine.loss_path()}", markup=False, soft_wrap=True)
         first, last = result.steps[0], result.steps[-1]
         out.print(f"trained {len(result.steps)} steps: loss {first.loss:.4f} -> {last.loss:.4f}, "
                   f"{last.tokens_per_s:,.0f} tokens/s", markup=False)

@@ -56,6 +56,10 @@ class CompositeVLMEngine(Engine):
             model = CompositeVLM(self.model_config)
         return model.to(resolve_dtype(self.config.model.dtype, device))
 
+    def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The LLM's final hidden states over image + text positions (fused loss path)."""
+        return model.hidden_states(**{k: v for k, v in batch.items() if k != "labels"})
+
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Image + text samples ``start..start+size-1``, deterministic per index."""
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)

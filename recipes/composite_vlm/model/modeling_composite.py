@@ -106,6 +106,21 @@ class CompositeVLM(nn.Module):
         **ignored: Any,
     ) -> torch.Tensor:
         """Logits of shape (B, num_patches + T, vocab); extra keys (e.g. labels) are ignored."""
+        inputs_embeds, attention_mask = self._inputs(input_ids, pixel_values, attention_mask)
+        return self.llm(inputs_embeds=inputs_embeds, attention_mask=attention_mask).logits
+
+    def hidden_states(
+        self, input_ids: torch.Tensor, pixel_values: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        **ignored: Any,
+    ) -> torch.Tensor:
+        """The LLM's final hidden states (B, num_patches + T, hidden), before its ``lm_head``."""
+        inputs_embeds, attention_mask = self._inputs(input_ids, pixel_values, attention_mask)
+        return self.llm.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask).last_hidden_state
+
+    def _inputs(
+        self, input_ids: torch.Tensor, pixel_values: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Projected image features prepended to the token embeddings; the mask extended to match."""
         text_embeds = self.get_input_embeddings()(input_ids)
         image_embeds = self.projector(self.vision(pixel_values)).to(text_embeds.dtype)
         inputs_embeds = torch.cat([image_embeds, text_embeds], dim=1)
@@ -114,6 +129,4 @@ class CompositeVLM(nn.Module):
                 attention_mask.shape[0], image_embeds.shape[1]
             )
             attention_mask = torch.cat([image_mask, attention_mask], dim=1)
-        return self.llm(
-            inputs_embeds=inputs_embeds, attention_mask=attention_mask
-        ).logits
+        return inputs_embeds, attention_mask

@@ -35,6 +35,10 @@ class VendoredLlamaEngine(Engine):
         """What the kit's probe builds the mapped source modules from."""
         return VendoredLlamaConfig(**self.config.model.config)
 
+    def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""
+        return model.model(batch["input_ids"], attention_mask=batch.get("attention_mask"))
+
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` from ``model.config``."""
         with torch.device(device):

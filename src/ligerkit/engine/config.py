@@ -33,7 +33,25 @@ class LigerKernelConfig(_Strict):
     modules: Literal["auto"] | dict[str, bool] = "auto"
     model_family_override: str | None = None
     excluded_modules: tuple[str, ...] = LOSS_MODULES
-    loss: Literal["off"] = "off"
+    loss: Literal["off", "fused"] = Field(
+        "off", description="off: full logits + cross entropy; fused: ligerkit.loss (FLCE on GPU, chunked on CPU)"
+    )
+
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _yaml_off_is_false(cls, value: object) -> object:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
+    @model_validator(mode="after")
+    def _fused_excludes_liger_loss_kernels(self) -> LigerKernelConfig:
+        if self.loss == "fused":
+            enabled = {k for k, v in self.modules.items() if v} if isinstance(self.modules, dict) else set()
+            if not set(LOSS_MODULES) <= set(self.excluded_modules) or enabled & set(LOSS_MODULES):
+                raise ValueError(
+                    "loss: fused computes the loss itself; keep cross_entropy and fused_linear_cross_entropy "
+                    "excluded and off in modules (no double patching)"
+                )
+        return self
 
 
 class ModelConfig(_Strict):

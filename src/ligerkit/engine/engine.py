@@ -67,6 +67,27 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(flat, shifted, ignore_index=IGNORE_INDEX, reduction="sum")
 
 
+class StepModule(torch.nn.Module):
+    """The model plus the engine's loss, as one module (the FSDP2 root when sharded), so the output
+    head's parameters are gathered for the fused loss exactly as for the model's own forward."""
+
+    def __init__(self, engine: Engine, model: torch.nn.Module):
+        super().__init__()
+        self.engine = [engine]  # a list keeps the engine out of the module tree
+        self.inner = model
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Sum of the token losses of one micro-batch (standard or fused path)."""
+        engine = self.engine[0]
+        if engine.config.model.liger_kernel.loss == "fused":
+            from ligerkit.loss import fused_linear_token_loss, output_head
+
+            head = output_head(self.inner)
+            hidden = engine.forward_hidden(self.inner, batch)
+            return fused_linear_token_loss(hidden, head.weight, batch["labels"], 1.0, head.bias, softcap=head.softcap)
+        return token_loss_sum(engine.forward_logits(self.inner, batch), batch["labels"])
+
+
 def valid_tokens(labels: torch.Tensor) -> int:
     """Number of shifted labels that count in the loss."""
     return int((labels[:, 1:] != IGNORE_INDEX).sum())
@@ -112,6 +133,39 @@ class Engine:
         """Logits for a batch (``labels`` never reach the model: the engine owns the loss)."""
         out = model(**{k: v for k, v in batch.items() if k != "labels"})
         return out if isinstance(out, torch.Tensor) else out.logits
+
+    def forward_hidden(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        """Final hidden states (before the output head), for the fused loss path.
+
+        Default: the transformers base model (``model.<base_model_prefix>``). Custom models override.
+        """
+        base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+        if not isinstance(base, torch.nn.Module):
+            raise LigerKitError(
+                f"{type(model).__name__} has no transformers base model; the recipe's engine must override "
+                "forward_hidden to use model.liger_kernel.loss: fused"
+            )
+        out = base(**{k: v for k, v in batch.items() if k != "labels"})
+        return out if isinstance(out, torch.Tensor) else out.last_hidden_state
+
+    def loss_path(self) -> str:
+        """Which loss path trains, in words (reports, ``check``, ``train``)."""
+        if self.config.model.liger_kernel.loss == "fused":
+            return ("fused: ligerkit.loss from hidden states and the output head (Liger FLCE on a GPU, chunked "
+                    "PyTorch on a CPU), float32, summed, divided by the step's global valid-token count")
+        return "standard: full logits + float32 cross entropy, summed, divided by the step's global valid-token count"
+
+    def check_loss_path(self, model: torch.nn.Module, device: torch.device) -> None:
+        """Before training on the fused path: the head applied to the hidden states must give the
+        model's own logits (else :class:`~ligerkit.loss.FusedLossRefusedError`)."""
+        if self.config.model.liger_kernel.loss != "fused":
+            return
+        from ligerkit.loss.wiring import check_head_reproduces_logits, output_head
+
+        head = output_head(model)
+        batch = {k: v.to(device) for k, v in self.make_batch(0, 1, head.weight.shape[0]).items()}
+        with torch.no_grad():
+            check_head_reproduces_logits(self.forward_logits(model, batch), self.forward_hidden(model, batch), head)
 
     def fsdp_units(self, model: torch.nn.Module) -> tuple[str, ...]:
         """Class names FSDP2 shards one by one (transformers' ``_no_split_modules``)."""
@@ -180,14 +234,14 @@ class Engine:
 
     def train_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: list[Batch],
                    device: torch.device) -> tuple[float, float, int]:
-        """One optimizer step; returns (loss, grad norm, global valid tokens)."""
+        """One optimizer step of ``model`` (a :class:`StepModule`); returns (loss, grad norm, valid tokens)."""
         local = torch.tensor(float(sum(valid_tokens(b["labels"]) for b in batches)), device=device)
         total = D.all_reduce_sum(local, self.env)
         count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
         loss_sum = torch.zeros((), device=device)
         for batch in batches:
             batch = {k: v.to(device) for k, v in batch.items()}
-            summed = token_loss_sum(self.forward_logits(model, batch), batch["labels"])
+            summed = model(batch)
             # FSDP averages gradients over ranks; scaling by world size keeps them sums / count.
             (summed * (self.env.world_size / count)).backward()
             loss_sum += summed.detach()
@@ -219,11 +273,13 @@ class Engine:
     def _train(self, device: torch.device) -> TrainResult:
         t = self.config.train
         model = self.prepare_model(device)
-        if self.env.distributed:
-            D.shard(model, self.fsdp_units(model))
-        optimizer = self.prepare_optimizer(model)
+        self.check_loss_path(model, device)
         data = self.prepare_data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
+        step_module = StepModule(self, model)
+        if self.env.distributed:
+            D.shard(step_module, self.fsdp_units(model))
+        optimizer = self.prepare_optimizer(step_module)
         peak = peak_flops(device, t.peak_tflops)
         out = Path(t.output_dir) if t.output_dir else None
         log = MetricsLog(out / "metrics.jsonl" if out and self.env.main else None, t.steps,
@@ -237,7 +293,7 @@ class Engine:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 start = time.perf_counter()
-                loss, norm, tokens = self.train_step(model, optimizer, batches, device)
+                loss, norm, tokens = self.train_step(step_module, optimizer, batches, device)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 elapsed = time.perf_counter() - start

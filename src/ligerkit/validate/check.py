@@ -28,6 +28,7 @@ class ConfigPlan:
     report: LigerKernelReport | None = None
     scan: ScanResult | None = None
     model_class: str | None = None
+    loss_path: str | None = None
 
 
 @dataclass
@@ -51,6 +52,7 @@ class CheckResult:
             "problems": self.problems,
             "plans": [
                 {"config": p.config, "liger_enabled": p.liger_enabled, "model_class": p.model_class,
+                 "loss_path": p.loss_path,
                  "report": p.report.to_dict() if p.report else None,
                  "scan": p.scan.to_dict() if p.scan else None}
                 for p in self.plans
@@ -80,6 +82,7 @@ def check_recipe(path: str | Path) -> CheckResult:
         plan = ConfigPlan(config_path.name, config.model.liger_kernel.enabled)
         result.plans.append(plan)
         engine = recipe.engine(config)
+        plan.loss_path = engine.loss_path()
         try:
             model = engine.prepare_model(torch.device("meta"))
             plan.model_class = f"{type(model).__module__}.{type(model).__qualname__}"

@@ -1,0 +1,61 @@
+"""GPU proof for the loss-compatibility path: eager / Liger / Liger + fused loss, side by side.
+
+For each recipe's GPU config, three arms in separate processes, same seed and data: ``eager``
+(Liger off, standard loss), ``liger`` (Liger kernels, standard loss: full logits + cross entropy),
+``liger_fused`` (Liger kernels, ``model.liger_kernel.loss=fused``). The fused path must keep the
+per-step loss of the ``liger`` arm within 1e-3 (the same kernels otherwise).
+
+    python benchmarks/loss_gpu.py --recipes qwen3,custom_lm --out results [--gpu 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ligerkit.validate.compare import loss_gap, run_arm, summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS = {
+    "eager": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off"],
+    "liger": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off"],
+    "liger_fused": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused"],
+}
+
+
+def main() -> None:
+    """CLI."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipes", required=True)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--tolerance", type=float, default=1e-3)
+    parser.add_argument("--gpu", default=None)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    env = {"CUDA_VISIBLE_DEVICES": args.gpu} if args.gpu is not None else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = False
+    for name in args.recipes.split(","):
+        config = ROOT / "recipes" / name / "configs" / "gpu.yaml"
+        base = [f"train.steps={args.steps}", "train.progress=false"]
+        arms = {arm: summarize(run_arm(config, [*base, *sets], env=env), 3) for arm, sets in ARMS.items()}
+        gap = loss_gap(arms["liger"]["losses"], arms["liger_fused"]["losses"])
+        eager = arms["eager"]
+        result = {"config": str(config), "steps": args.steps, "arms": arms, "fused_vs_liger_max_loss_gap": gap,
+                  "loss_parity": gap <= args.tolerance,
+                  "ratios_vs_eager": {arm: {"tokens_per_s": a["tokens_per_s"] / eager["tokens_per_s"],
+                                            "peak_mem": a["peak_mem_gib"] / eager["peak_mem_gib"]}
+                                      for arm, a in arms.items()}}
+        (out / f"loss_{name}.json").write_text(json.dumps(result, indent=2))
+        r = result["ratios_vs_eager"]
+        print(f"| {name} | {gap:.2e} | " + " | ".join(
+            f"{arms[a]['tokens_per_s']:,.0f} ({r[a]['tokens_per_s']:.2f}x) | {arms[a]['peak_mem_gib']:.1f} "
+            f"({r[a]['peak_mem']:.2f}x)" for a in ARMS) + " |", flush=True)
+        failed |= not result["loss_parity"]
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The loss-compatibility path equals the recipe's standard token-normalized loss, and refuses
+models whose logits it cannot reproduce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ligerkit.engine.config import ConfigError, load_recipe_config
+from ligerkit.engine.data import IGNORE_INDEX
+from ligerkit.engine.engine import StepModule
+from ligerkit.engine.recipe import load_engine
+from ligerkit.loss import FusedLossRefusedError, fused_linear_token_loss, output_head
+from ligerkit.loss.wiring import check_head_reproduces_logits
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+
+
+def standard(hidden, weight, labels, count, bias=None, softcap=None, smoothing=0.0, per_token=False):
+    logits = F.linear(hidden, weight, bias).float()
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
+    losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                             ignore_index=IGNORE_INDEX, label_smoothing=smoothing, reduction="none")
+    return (losses / count).reshape(labels.shape[0], -1) if per_token else losses.sum() / count
+
+
+def inputs(seed=0, batch=3, seq=11, hidden=16, vocab=37, ignored=0.3):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(batch, seq, hidden, generator=g, requires_grad=True)
+    w = torch.randn(vocab, hidden, generator=g, requires_grad=True)
+    labels = torch.randint(0, vocab, (batch, seq), generator=g)
+    labels[torch.rand(batch, seq, generator=g) < ignored] = IGNORE_INDEX
+    return h, w, labels
+
+
+def grads(fn, *tensors):
+    loss = fn()
+    loss.sum().backward() if loss.dim() else loss.backward()
+    out = [loss.detach()] + [t.grad.clone() for t in tensors]
+    for t in tensors:
+        t.grad = None
+    return out
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"softcap": 30.0}, {"smoothing": 0.1}, {"bias": True}, {"per_token": True},
+])
+def test_fused_path_equals_the_standard_loss_and_gradients(options):
+    h, w, labels = inputs()
+    b = torch.randn(w.shape[0], requires_grad=True) if options.get("bias") else None
+    count = int((labels[:, 1:] != IGNORE_INDEX).sum()) + 5  # a global count larger than this micro-batch's
+    kw = dict(softcap=options.get("softcap"), per_token=options.get("per_token", False))
+    tensors = [t for t in (h, w, b) if t is not None]
+    want = grads(lambda: standard(h, w, labels, count, b, smoothing=options.get("smoothing", 0.0), **kw), *tensors)
+    got = grads(lambda: fused_linear_token_loss(h, w, labels, count, b, label_smoothing=options.get("smoothing", 0.0),
+                                                chunk_tokens=7, **kw), *tensors)
+    for a, e in zip(got, want, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)
+
+
+def test_all_ignored_micro_batch_gives_zero_loss_and_zero_grads():
+    h, w, labels = inputs(ignored=1.1)
+    loss = fused_linear_token_loss(h, w, labels, 0)
+    loss.backward()
+    assert loss.item() == 0.0 and not torch.isnan(h.grad).any() and h.grad.abs().sum() == 0
+
+
+def test_chunking_never_keeps_full_logits_for_backward():
+    h, w, labels = inputs(batch=4, seq=65, vocab=300)
+    full = h.shape[0] * (h.shape[1] - 1) * w.shape[0]
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        fused_linear_token_loss(h, w, labels, 10, chunk_tokens=32)
+    assert saved and max(saved) < full / 4
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_engine_fused_path_equals_standard_across_uneven_micro_batches(tie):
+    """Same batches (2 micro-batches, very different valid counts), same weights: same loss and grads."""
+    results = {}
+    for loss in ("off", "fused"):
+        engine = load_engine(QWEN3_CPU, [f"model.liger_kernel.loss={loss}", f"model.config.tie_word_embeddings={tie}"])
+        model = engine.prepare_model(torch.device("cpu"))
+        batches = engine.micro_batches(step=0, vocab_size=320)
+        batches[1]["labels"][:, :50] = IGNORE_INDEX
+        captured = {}
+
+        class Capture:
+            def step(self):
+                captured.update({n: p.grad.clone() for n, p in model.named_parameters()})
+
+            def zero_grad(self, set_to_none=True):
+                model.zero_grad(set_to_none=set_to_none)
+
+        value, _, _ = engine.train_step(StepModule(engine, model), Capture(), batches, torch.device("cpu"))
+        results[loss] = (value, captured)
+    assert results["fused"][0] == pytest.approx(results["off"][0], rel=1e-6)
+    for name, grad in results["off"][1].items():
+        torch.testing.assert_close(results["fused"][1][name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_final_logit_softcapping_is_reproduced_exactly():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Gemma2ForCausalLM(Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64,
+                                           final_logit_softcapping=5.0, attn_implementation="eager"))
+    ids = torch.randint(0, 64, (2, 9))
+    head = output_head(model)
+    assert head.softcap == 5.0
+    logits = model(input_ids=ids).logits
+    hidden = model.model(input_ids=ids).last_hidden_state
+    check_head_reproduces_logits(logits, hidden, head)
+    count = 2 * 8
+    want = F.cross_entropy(logits[:, :-1].reshape(-1, 64).float(), ids[:, 1:].reshape(-1), reduction="sum") / count
+    got = fused_linear_token_loss(hidden, head.weight, ids, count, softcap=head.softcap)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("config_name, attr", [("CohereConfig", "logit_scale"), ("GraniteConfig", "logits_scaling")])
+def test_scaled_logits_are_refused(config_name, attr):
+    import transformers
+
+    config = getattr(transformers, config_name)(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                                                **{attr: 4.0})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(FusedLossRefusedError, match=attr):
+        output_head(model)
+
+
+def test_hidden_transformations_are_caught_by_the_logit_check():
+    h, w, _ = inputs()
+    head = output_head_like(w)
+    logits = 2.0 * F.linear(h, w)  # a model that scales its logits without saying so in its config
+    with pytest.raises(FusedLossRefusedError, match="not its output head"):
+        check_head_reproduces_logits(logits, h, head)
+
+
+def output_head_like(weight):
+    from ligerkit.loss.wiring import OutputHead
+
+    return OutputHead(weight, None, None)
+
+
+def test_non_linear_head_is_refused():
+    class Odd(torch.nn.Module):
+        def get_output_embeddings(self):
+            return torch.nn.Sequential(torch.nn.Linear(4, 4))
+
+    with pytest.raises(FusedLossRefusedError, match="not an nn.Linear"):
+        output_head(Odd())
+
+
+def test_fused_with_liger_loss_kernels_left_on_is_rejected():
+    with pytest.raises(ConfigError, match="no double patching"):
+        load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=fused", "model.liger_kernel.excluded_modules=[]"])
+    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=off"]).model.liger_kernel.loss == "off"
+
+
+@pytest.mark.parametrize("recipe", ["qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm"])
+def test_every_recipe_trains_the_same_on_both_loss_paths(recipe):
+    losses = {}
+    for loss in ("off", "fused"):
+        engine = load_engine(ROOT / "recipes" / recipe / "configs" / "cpu.yaml",
+                             ["train.progress=false", "train.steps=2", f"model.liger_kernel.loss={loss}"])
+        losses[loss] = [s.loss for s in engine.train(torch.device("cpu")).steps]
+    assert losses["fused"] == pytest.approx(losses["off"], rel=1e-5)
