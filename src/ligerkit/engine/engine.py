@@ -280,6 +280,9 @@ class Engine:
         if self.env.distributed:
             D.shard(step_module, self.fsdp_units(model))
         optimizer = self.prepare_optimizer(step_module)
+        if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
         peak = peak_flops(device, t.peak_tflops)
         out = Path(t.output_dir) if t.output_dir else None
         log = MetricsLog(out / "metrics.jsonl" if out and self.env.main else None, t.steps,
