@@ -2,12 +2,7 @@
 
 from pathlib import Path
 
-import pytest
-import torch
-
-from ligerkit.engine.engine import LigerNeedsAcceleratorError
-from ligerkit.engine.recipe import load_engine
-from ligerkit.validate.smoke import assert_loss_decreases, train_cpu
+from ligerkit.validate.smoke import assert_liger_refused_on_cpu, assert_loss_decreases, train_cpu
 
 RECIPE = Path(__file__).resolve().parents[1]
 
@@ -17,9 +12,4 @@ def test_cpu_config_trains_with_liger_off_and_learns():
 
 
 def test_liger_on_a_cpu_fails_before_building_anything():
-    engine = load_engine(RECIPE / "configs" / "cpu.yaml", ["model.liger_kernel.enabled=true"])
-    built = []
-    engine.build_model = lambda device: built.append(device)  # would record a build
-    with pytest.raises(LigerNeedsAcceleratorError, match="model.liger_kernel.enabled=false"):
-        engine.prepare_model(torch.device("cpu"))
-    assert built == [] and not engine.kit.active
+    assert_liger_refused_on_cpu(RECIPE)

@@ -73,12 +73,12 @@ class StepModule(torch.nn.Module):
 
     def __init__(self, engine: Engine, model: torch.nn.Module):
         super().__init__()
-        self.engine = [engine]  # a list keeps the engine out of the module tree
+        self.engine = engine  # a plain attribute: the engine is not an nn.Module
         self.inner = model
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Sum of the token losses of one micro-batch (standard or fused path)."""
-        engine = self.engine[0]
+        engine = self.engine
         if engine.config.model.liger_kernel.loss == "fused":
             from ligerkit.loss import fused_linear_token_loss, output_head
 

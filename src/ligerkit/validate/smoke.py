@@ -21,3 +21,17 @@ def assert_loss_decreases(losses: list[float], window: int = 3) -> None:
     first = sum(losses[:window]) / window
     last = sum(losses[-window:]) / window
     assert last < 0.9 * first, f"loss did not decrease: first {losses[:window]}, last {losses[-window:]}"
+
+
+def assert_liger_refused_on_cpu(root: Path, config: str = "cpu.yaml") -> None:
+    """With Liger turned on, a CPU run stops with the way out before building anything."""
+    import pytest
+
+    from ligerkit.engine.engine import LigerNeedsAcceleratorError
+
+    engine = load_engine(root / "configs" / config, ["model.liger_kernel.enabled=true"])
+    built: list[torch.device] = []
+    engine.build_model = built.append  # type: ignore[method-assign]  # would record a build
+    with pytest.raises(LigerNeedsAcceleratorError, match="model.liger_kernel.enabled=false"):
+        engine.prepare_model(torch.device("cpu"))
+    assert built == [] and not engine.kit.active
