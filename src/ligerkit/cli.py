@@ -1,4 +1,4 @@
-"""``ligerkit`` command line: families | plan | suggest | check | train.
+"""``ligerkit`` command line: families | plan | suggest | check | train | smoke | bench.
 
 Every verb takes ``--json`` for machine-readable output; a ligerkit error exits with code 1 and
 its message on stderr.
@@ -254,6 +254,90 @@ def train(
         first, last = result.steps[0], result.steps[-1]
         out.print(f"trained {len(result.steps)} steps: loss {first.loss:.4f} -> {last.loss:.4f}, "
                   f"{last.tokens_per_s:,.0f} tokens/s", markup=False)
+
+    _run(body)
+
+
+@app.command()
+def smoke(
+    target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
+    steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for both arms.")] = None,
+    nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    out_dir: Annotated[str, typer.Option("--out", help="Folder for smoke.json and smoke.png.")] = "runs/smoke",
+    as_json: JsonOpt = False,
+) -> None:
+    """Liger off vs on in separate processes, same seed and data: per-step loss and grad norm.
+
+    Exit 1 when parity fails; exit 3 (with a message) on a machine without a GPU.
+    """
+    from pathlib import Path
+
+    from ligerkit.validate import parity, proof
+
+    def body() -> None:
+        config = proof.resolve_config(target)
+        try:
+            proof.require_accelerator("smoke")
+        except proof.NoAcceleratorError as exc:
+            err.print(str(exc), markup=False, soft_wrap=True)
+            raise typer.Exit(proof.NO_GPU_EXIT) from None
+        result = parity.smoke(config, steps, list(set_ or []), proof.default_runner(), nproc)
+        files = parity.write_outputs(result, Path(out_dir))
+        if as_json:
+            _emit_json(result.to_dict())
+        else:
+            out.print(result.table(), markup=False)
+            out.print(f"max loss gap {max(result.loss_gaps):.2e} (tolerance {result.loss_tolerance:g}, {result.dtype}); "
+                      f"max grad-norm gap {max(result.grad_norm_rel_gaps):.1%} (tolerance {result.grad_norm_rtol:.0%})"
+                      f": {'PASS' if result.passed else 'FAIL'}; wrote {', '.join(map(str, files))}", markup=False)
+        if not result.passed:
+            raise typer.Exit(1)
+
+    _run(body)
+
+
+@app.command()
+def bench(
+    target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
+    arms: Annotated[str, typer.Option(help="Comma-separated: eager,liger,liger_fused,compile,liger_compile.")] = (
+        "eager,liger,liger_fused,compile,liger_compile"),
+    steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
+    warmup: Annotated[int, typer.Option(help="First steps excluded from timing.")] = 5,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for every arm.")] = None,
+    nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    out_dir: Annotated[str, typer.Option("--out", help="Folder for bench.json and bench.md.")] = "runs/bench",
+    as_json: JsonOpt = False,
+) -> None:
+    """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager.
+
+    Exit 3 (with a message) on a machine without a GPU.
+    """
+    from pathlib import Path
+
+    from rich.progress import Progress
+
+    from ligerkit.validate import bench as B
+    from ligerkit.validate import proof
+
+    def body() -> None:
+        config = proof.resolve_config(target)
+        chosen = B.parse_arms(arms)
+        try:
+            proof.require_accelerator("bench")
+        except proof.NoAcceleratorError as exc:
+            err.print(str(exc), markup=False, soft_wrap=True)
+            raise typer.Exit(proof.NO_GPU_EXIT) from None
+        with Progress(console=err, disable=as_json) as progress:
+            task = progress.add_task("bench arms", total=len(chosen))
+            result = B.bench(config, chosen, steps, warmup, list(set_ or []), proof.default_runner(),
+                             on_arm=lambda arm: progress.advance(task), nproc=nproc)
+        files = B.write_outputs(result, Path(out_dir))
+        if as_json:
+            _emit_json(result)
+        else:
+            out.print(B.to_markdown(result), markup=False)
+            out.print(f"wrote {', '.join(map(str, files))}", markup=False)
 
     _run(body)
 

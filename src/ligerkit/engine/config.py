@@ -94,6 +94,7 @@ class TrainConfig(_Strict):
     output_dir: str | None = None
     peak_tflops: float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
     progress: bool = True
+    compile: bool = Field(False, description="torch.compile each decoder layer (the FSDP units)")
 
     @model_validator(mode="after")
     def _micro_divides_global(self) -> TrainConfig:

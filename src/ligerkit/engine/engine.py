@@ -167,6 +167,18 @@ class Engine:
         with torch.no_grad():
             check_head_reproduces_logits(self.forward_logits(model, batch), self.forward_hidden(model, batch), head)
 
+    def compile_model(self, model: torch.nn.Module) -> list[str]:
+        """``torch.compile`` each decoder layer in place (the whole model when it has none); returns
+        the compiled module paths. Liger's kernels inside a layer stay Liger's."""
+        units = set(self.fsdp_units(model))
+        compiled = [name for name, m in model.named_modules() if type(m).__name__ in units]
+        for name in compiled:
+            model.get_submodule(name).compile()
+        if not compiled:
+            model.compile()
+            compiled = ["<model>"]
+        return compiled
+
     def fsdp_units(self, model: torch.nn.Module) -> tuple[str, ...]:
         """Class names FSDP2 shards one by one (transformers' ``_no_split_modules``)."""
         return tuple(getattr(model, "_no_split_modules", None) or ())
@@ -276,6 +288,8 @@ class Engine:
         self.check_loss_path(model, device)
         data = self.prepare_data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
+        if t.compile:
+            self.compile_model(model)
         step_module = StepModule(self, model)
         if self.env.distributed:
             D.shard(step_module, self.fsdp_units(model))

@@ -1,0 +1,77 @@
+"""``ligerkit bench``: eager, Liger, Liger + fused loss and torch.compile arms, side by side.
+
+Each arm is its own training process from the same config, seed and data; warm-up steps are
+excluded; the median step gives tokens/s, and the run's peak memory and median MFU are reported,
+with ratios against the eager arm measured in the same invocation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ligerkit.errors import LigerKitError
+from ligerkit.validate.compare import summarize
+from ligerkit.validate.proof import Runner
+
+ARMS: dict[str, list[str]] = {
+    "eager": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off", "train.compile=false"],
+    "liger": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=false"],
+    "liger_fused": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused", "train.compile=false"],
+    "compile": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off", "train.compile=true"],
+    "liger_compile": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=true"],
+}
+DEFAULT_ARMS = ("eager", "liger", "liger_fused", "compile", "liger_compile")
+
+
+def parse_arms(spec: str) -> list[str]:
+    """``eager,liger`` -> arm names (eager first: the ratios are against it)."""
+    arms = [a.strip() for a in spec.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        raise LigerKitError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+    return ["eager", *[a for a in arms if a != "eager"]]
+
+
+def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
+          on_arm: Callable[[str], None] | None = None, nproc: int = 1) -> dict[str, Any]:
+    """Run every arm through ``runner`` (one process each) and compute ratios against eager."""
+    if warmup >= steps:
+        raise LigerKitError(f"--warmup {warmup} must be smaller than --steps {steps}")
+    results: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        run = runner(config, [*overrides, *ARMS[arm], f"train.steps={steps}", "train.progress=false"], nproc=nproc)
+        results[arm] = summarize(run, warmup)
+        if on_arm is not None:
+            on_arm(arm)
+    eager = results["eager"]
+    for arm, r in results.items():
+        r["tokens_per_s_vs_eager"] = r["tokens_per_s"] / eager["tokens_per_s"]
+        r["peak_mem_vs_eager"] = (r["peak_mem_gib"] / eager["peak_mem_gib"]
+                                  if r["peak_mem_gib"] and eager["peak_mem_gib"] else None)
+    return {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "arms": results}
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The bench result as a markdown table."""
+    lines = ["| arm | tokens/s | vs eager | tokens/s per device | peak memory (GiB) | vs eager | MFU |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for arm, r in result["arms"].items():
+        mem = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "n/a"
+        mem_ratio = f"{r['peak_mem_vs_eager']:.2f}x" if r["peak_mem_vs_eager"] is not None else "n/a"
+        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+        lines.append(f"| {arm} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s_vs_eager']:.2f}x | "
+                     f"{r['tokens_per_s_per_device']:,.0f} | {mem} | {mem_ratio} | {mfu} |")
+    return "\n".join(lines)
+
+
+def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
+    """``bench.json`` and ``bench.md`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    record, table = out / "bench.json", out / "bench.md"
+    record.write_text(json.dumps(result, indent=2))
+    table.write_text(f"{result['config']}, {result['steps']} steps ({result['warmup']} warm-up excluded)\n\n"
+                     + to_markdown(result) + "\n")
+    return [record, table]

@@ -1,0 +1,106 @@
+"""``ligerkit smoke``: Liger off vs on, same seed and data, separate processes, step by step.
+
+Modelled on Liger's own convergence tests: the per-step loss must agree within a tolerance chosen
+by the training dtype, and the gradient norm within a relative one. Writes a JSON record and a
+PNG plot of both curves; the caller exits non-zero when parity fails.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ligerkit.engine.config import load_recipe_config
+from ligerkit.validate.compare import summarize
+from ligerkit.validate.proof import Runner
+
+# (loss absolute tolerance, grad-norm relative tolerance) by training dtype
+TOLERANCES = {"bfloat16": (1e-2, 0.1), "float32": (1e-4, 1e-3)}
+
+
+def training_dtype(config_dtype: str) -> str:
+    """``auto`` trains in bfloat16 on an accelerator (smoke only runs there)."""
+    return "bfloat16" if config_dtype in ("auto", "bfloat16") else "float32"
+
+
+@dataclass
+class SmokeResult:
+    """Both arms' curves and the verdict."""
+
+    config: str
+    dtype: str
+    loss_tolerance: float
+    grad_norm_rtol: float
+    off: dict[str, Any]
+    on: dict[str, Any]
+
+    @property
+    def loss_gaps(self) -> list[float]:
+        """Per-step absolute loss differences."""
+        return [abs(a - b) for a, b in zip(self.off["losses"], self.on["losses"], strict=True)]
+
+    @property
+    def grad_norm_rel_gaps(self) -> list[float]:
+        """Per-step relative grad-norm differences."""
+        return [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(self.off["grad_norms"], self.on["grad_norms"],
+                                                                  strict=True)]
+
+    @property
+    def passed(self) -> bool:
+        """Every step within both tolerances."""
+        return (max(self.loss_gaps) <= self.loss_tolerance
+                and max(self.grad_norm_rel_gaps) <= self.grad_norm_rtol)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"config": self.config, "dtype": self.dtype, "loss_tolerance": self.loss_tolerance,
+                "grad_norm_rtol": self.grad_norm_rtol, "passed": self.passed,
+                "max_loss_gap": max(self.loss_gaps), "max_grad_norm_rel_gap": max(self.grad_norm_rel_gaps),
+                "off": self.off, "on": self.on}
+
+    def table(self) -> str:
+        """Markdown table, one row per step."""
+        rows = ["| step | loss off | loss on | gap | grad norm off | grad norm on |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for i, (a, b, ga, gb) in enumerate(zip(self.off["losses"], self.on["losses"], self.off["grad_norms"],
+                                               self.on["grad_norms"], strict=True)):
+            rows.append(f"| {i} | {a:.4f} | {b:.4f} | {abs(a - b):.2e} | {ga:.3f} | {gb:.3f} |")
+        return "\n".join(rows)
+
+
+def smoke(config: Path, steps: int, overrides: list[str], runner: Runner, nproc: int = 1) -> SmokeResult:
+    """Run both arms through ``runner`` and compare them."""
+    recipe = load_recipe_config(config, overrides)
+    dtype = training_dtype(recipe.model.dtype)
+    loss_tol, gn_tol = TOLERANCES[dtype]
+    base = [*overrides, f"train.steps={steps}", "train.progress=false"]
+    off = summarize(runner(config, [*base, "model.liger_kernel.enabled=false"], nproc=nproc), 0)
+    on = summarize(runner(config, [*base, "model.liger_kernel.enabled=true"], nproc=nproc), 0)
+    return SmokeResult(str(config), dtype, loss_tol, gn_tol, off, on)
+
+
+def write_outputs(result: SmokeResult, out: Path) -> list[Path]:
+    """``smoke.json`` and ``smoke.png`` (loss and grad-norm curves of both arms) under ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    record = out / "smoke.json"
+    record.write_text(json.dumps(result.to_dict(), indent=2))
+    fig, (ax_loss, ax_gn) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, arm in (("Liger off", result.off), ("Liger on", result.on)):
+        ax_loss.plot(arm["losses"], label=name)
+        ax_gn.plot(arm["grad_norms"], label=name)
+    ax_loss.set(title=f"loss (max gap {max(result.loss_gaps):.2e}, tol {result.loss_tolerance:g})", xlabel="step")
+    ax_gn.set(title="grad norm", xlabel="step")
+    ax_loss.legend()
+    fig.suptitle(f"{Path(result.config).parent.parent.name}: {'PASS' if result.passed else 'FAIL'}")
+    fig.tight_layout()
+    plot = out / "smoke.png"
+    fig.savefig(plot, dpi=100)
+    plt.close(fig)
+    return [record, plot]

@@ -1,0 +1,30 @@
+"""GPU: `ligerkit smoke` passes on a recipe and `ligerkit bench` measures Liger faster than eager."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ligerkit.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.gpu
+def test_smoke_passes_on_the_qwen3_recipe(tmp_path):
+    result = CliRunner().invoke(app, ["smoke", str(ROOT / "recipes" / "qwen3"), "--steps", "8", "--out",
+                                      str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+    assert (tmp_path / "smoke.png").is_file()
+
+
+@pytest.mark.gpu
+def test_bench_measures_liger_faster_than_eager(tmp_path):
+    result = CliRunner().invoke(app, ["bench", str(ROOT / "recipes" / "qwen3"), "--arms", "eager,liger",
+                                      "--steps", "10", "--warmup", "3", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["arms"]["liger"]["tokens_per_s_vs_eager"] > 1.0

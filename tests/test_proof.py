@@ -1,0 +1,131 @@
+"""smoke and bench harness logic with fake runs (CPU): arm isolation, tolerances, ratios, outputs,
+and the no-GPU exit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ligerkit.cli import app
+from ligerkit.errors import LigerKitError
+from ligerkit.validate import bench as B
+from ligerkit.validate import parity, proof
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_CONFIG = ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml"
+
+
+class FakeRunner:
+    """Records each call (one per arm = one process) and returns a synthetic run."""
+
+    def __init__(self, make):
+        self.calls = []
+        self.make = make
+
+    def __call__(self, config, overrides, nproc=1):
+        self.calls.append((Path(config), list(overrides), nproc))
+        return self.make(overrides)
+
+
+def run(losses, grad_norms, tokens_per_s, peak, mfu=0.3):
+    steps = [{"loss": l_, "grad_norm": g, "tokens_per_s": t, "tokens_per_s_per_device": t, "peak_mem_gib": peak,
+              "mfu": mfu} for l_, g, t in zip(losses, grad_norms, tokens_per_s, strict=True)]
+    return {"steps": steps, "report": None}
+
+
+def test_smoke_runs_each_arm_in_its_own_process_and_passes_within_bf16_tolerance():
+    def make(overrides):
+        on = "model.liger_kernel.enabled=true" in overrides
+        return run([5.0, 4.0 + (0.005 if on else 0), 3.0], [2.0, 1.5, 1.2 * (1.05 if on else 1)], [1, 1, 1], 1.0)
+
+    runner = FakeRunner(make)
+    result = parity.smoke(GPU_CONFIG, 3, ["train.lr=0.001"], runner)
+    assert len(runner.calls) == 2
+    (_, off_sets, _), (_, on_sets, _) = runner.calls
+    assert "model.liger_kernel.enabled=false" in off_sets and "model.liger_kernel.enabled=true" in on_sets
+    assert "train.steps=3" in off_sets and "train.lr=0.001" in on_sets
+    assert result.dtype == "bfloat16" and result.loss_tolerance == 1e-2
+    assert result.passed
+    assert max(result.loss_gaps) == pytest.approx(0.005)
+
+
+@pytest.mark.parametrize("loss_gap, gn_factor, passed", [(0.02, 1.0, False), (0.0, 1.2, False), (0.009, 1.09, True)])
+def test_smoke_tolerances(loss_gap, gn_factor, passed):
+    def make(overrides):
+        on = "model.liger_kernel.enabled=true" in overrides
+        return run([5.0 + (loss_gap if on else 0)], [2.0 * (gn_factor if on else 1)], [1], 1.0)
+
+    assert parity.smoke(GPU_CONFIG, 1, [], FakeRunner(make)).passed is passed
+
+
+def test_float32_configs_get_the_tight_tolerance():
+    make = lambda overrides: run([5.0 + (2e-4 if "model.liger_kernel.enabled=true" in overrides else 0)],  # noqa: E731
+                                 [1.0], [1], 1.0)
+    result = parity.smoke(GPU_CONFIG, 1, ["model.dtype=float32"], FakeRunner(make))
+    assert result.loss_tolerance == 1e-4 and not result.passed
+
+
+def test_smoke_writes_json_and_a_png(tmp_path):
+    make = lambda overrides: run([5.0, 4.0], [2.0, 1.0], [1, 1], 1.0)  # noqa: E731
+    result = parity.smoke(GPU_CONFIG, 2, [], FakeRunner(make))
+    files = parity.write_outputs(result, tmp_path)
+    assert [f.name for f in files] == ["smoke.json", "smoke.png"]
+    assert json.loads(files[0].read_text())["passed"] is True
+    assert files[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 1 | 4.0000 | 4.0000 |" in result.table()
+
+
+def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):
+    speed = {"eager": 100.0, "liger": 150.0, "liger_fused": 160.0}
+    memory = {"eager": 40.0, "liger": 30.0, "liger_fused": 15.0}
+
+    def make(overrides):
+        arm = next(a for a, sets in B.ARMS.items() if all(s in overrides for s in sets))
+        # warm-up steps are slow; the median of the rest is the arm's speed
+        return run([1.0] * 5, [1.0] * 5, [1.0, 1.0, speed[arm], speed[arm], speed[arm]], memory[arm])
+
+    runner = FakeRunner(make)
+    result = B.bench(GPU_CONFIG, B.parse_arms("liger_fused,liger"), steps=5, warmup=2, overrides=[], runner=runner)
+    assert [c[1][-2] for c in runner.calls] == ["train.steps=5"] * 3 and len(runner.calls) == 3
+    assert list(result["arms"]) == ["eager", "liger_fused", "liger"]
+    assert result["arms"]["liger"]["tokens_per_s_vs_eager"] == pytest.approx(1.5)
+    assert result["arms"]["liger_fused"]["peak_mem_vs_eager"] == pytest.approx(0.375)
+    files = B.write_outputs(result, tmp_path)
+    table = files[1].read_text()
+    assert "| liger | 150 | 1.50x | 150 | 30.0 | 0.75x | 30.0% |" in table
+    assert json.loads(files[0].read_text())["arms"]["eager"]["tokens_per_s"] == 100.0
+
+
+def test_bench_rejects_unknown_arms_and_a_warmup_longer_than_the_run():
+    with pytest.raises(LigerKitError, match="unknown arm"):
+        B.parse_arms("eager,turbo")
+    with pytest.raises(LigerKitError, match="warmup"):
+        B.bench(GPU_CONFIG, ["eager"], steps=3, warmup=3, overrides=[], runner=FakeRunner(lambda o: {}))
+
+
+@pytest.mark.parametrize("verb", ["smoke", "bench"])
+def test_without_a_gpu_the_verbs_say_so_and_exit_3(verb, monkeypatch):
+    monkeypatch.setattr(proof, "accelerator", lambda: None)
+    result = CliRunner().invoke(app, [verb, "recipes/qwen3"])
+    assert result.exit_code == proof.NO_GPU_EXIT
+    assert "no CUDA GPU or NPU here" in result.stderr
+
+
+def test_a_recipe_folder_resolves_to_its_gpu_config():
+    assert proof.resolve_config(ROOT / "recipes" / "qwen3") == GPU_CONFIG
+    with pytest.raises(LigerKitError):
+        proof.resolve_config(ROOT / "nope")
+
+
+def test_compile_flag_compiles_each_decoder_layer():
+    from ligerkit.engine.recipe import load_engine
+    import torch
+
+    engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml", ["train.compile=true"])
+    model = engine.prepare_model(torch.device("meta"))
+    compiled = engine.compile_model(model)
+    assert compiled == ["model.layers.0", "model.layers.1"]
+    assert model.model.layers[0]._compiled_call_impl is not None
