@@ -16,6 +16,7 @@ from ligerkit.engine.config import ConfigError, load_recipe_config, validate_con
 from ligerkit.engine.data import IGNORE_INDEX, ByteTokenizer, text_batch
 from ligerkit.engine.engine import StepModule, token_loss_sum
 from ligerkit.engine.recipe import load_engine
+from helpers import GradCapture
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -90,17 +91,10 @@ def test_engine_loss_is_token_normalized_over_the_whole_step():
                                       reduction="sum") / total
     hand.backward()
 
-    grads = {}
-
-    class Capture:
-        def step(self):
-            grads.update({n: p.grad.clone() for n, p in model.named_parameters()})
-
-        def zero_grad(self, set_to_none=True):
-            model.zero_grad(set_to_none=set_to_none)
-
+    capture = GradCapture(model)
     engine.config = engine.config.model_copy(update={"train": engine.config.train.model_copy(update={"grad_clip": 0})})
-    loss, _, tokens = engine.train_step(StepModule(engine, model), Capture(), batches, torch.device("cpu"))
+    loss, _, tokens = engine.train_step(StepModule(engine, model), capture, batches, torch.device("cpu"))
+    grads = capture.grads
     assert tokens == total
     assert loss == pytest.approx(hand.item(), rel=1e-6)
     for name, param in reference.named_parameters():

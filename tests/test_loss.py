@@ -15,6 +15,7 @@ from ligerkit.engine.engine import StepModule
 from ligerkit.engine.recipe import load_engine
 from ligerkit.loss import FusedLossRefusedError, fused_linear_token_loss, output_head
 from ligerkit.loss.wiring import check_head_reproduces_logits
+from helpers import GradCapture
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -88,17 +89,9 @@ def test_engine_fused_path_equals_standard_across_uneven_micro_batches(tie):
         model = engine.prepare_model(torch.device("cpu"))
         batches = engine.micro_batches(step=0, vocab_size=320)
         batches[1]["labels"][:, :50] = IGNORE_INDEX
-        captured = {}
-
-        class Capture:
-            def step(self):
-                captured.update({n: p.grad.clone() for n, p in model.named_parameters()})
-
-            def zero_grad(self, set_to_none=True):
-                model.zero_grad(set_to_none=set_to_none)
-
-        value, _, _ = engine.train_step(StepModule(engine, model), Capture(), batches, torch.device("cpu"))
-        results[loss] = (value, captured)
+        capture = GradCapture(model)
+        value, _, _ = engine.train_step(StepModule(engine, model), capture, batches, torch.device("cpu"))
+        results[loss] = (value, capture.grads)
     assert results["fused"][0] == pytest.approx(results["off"][0], rel=1e-6)
     for name, grad in results["off"][1].items():
         torch.testing.assert_close(results["fused"][1][name], grad, rtol=1e-4, atol=1e-6)

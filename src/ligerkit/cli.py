@@ -258,6 +258,17 @@ def train(
     _run(body)
 
 
+def _require_gpu(verb: str) -> None:
+    """Exit with code 3 and the reason where Liger's kernels cannot run."""
+    from ligerkit.validate import proof
+
+    try:
+        proof.require_accelerator(verb)
+    except proof.NoAcceleratorError as exc:
+        err.print(str(exc), markup=False, soft_wrap=True)
+        raise typer.Exit(proof.NO_GPU_EXIT) from None
+
+
 @app.command()
 def smoke(
     target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
@@ -277,11 +288,7 @@ def smoke(
 
     def body() -> None:
         config = proof.resolve_config(target)
-        try:
-            proof.require_accelerator("smoke")
-        except proof.NoAcceleratorError as exc:
-            err.print(str(exc), markup=False, soft_wrap=True)
-            raise typer.Exit(proof.NO_GPU_EXIT) from None
+        _require_gpu("smoke")
         result = parity.smoke(config, steps, list(set_ or []), proof.default_runner(), nproc)
         files = parity.write_outputs(result, Path(out_dir))
         if as_json:
@@ -323,11 +330,7 @@ def bench(
     def body() -> None:
         config = proof.resolve_config(target)
         chosen = B.parse_arms(arms)
-        try:
-            proof.require_accelerator("bench")
-        except proof.NoAcceleratorError as exc:
-            err.print(str(exc), markup=False, soft_wrap=True)
-            raise typer.Exit(proof.NO_GPU_EXIT) from None
+        _require_gpu("bench")
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen))
             result = B.bench(config, chosen, steps, warmup, list(set_ or []), proof.default_runner(),

@@ -17,7 +17,7 @@ from transformers import Qwen3Config
 
 from ligerkit import LigerPatch
 from ligerkit.engine import Engine
-from ligerkit.engine.data import fill_text_from_corpus
+from ligerkit.engine.data import fill_text_from_corpus, sample_generator
 from ligerkit.engine.model_kit import resolve_dtype
 from recipes.composite_vlm.data import make_batch
 from recipes.composite_vlm.model.modeling_composite import CompositeVLM, CompositeVLMConfig
@@ -62,7 +62,7 @@ class CompositeVLMEngine(Engine):
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Image + text samples ``start..start+size-1``, deterministic per index."""
-        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)
+        generator = sample_generator(self.config.seed, start)
         batch = make_batch(self.model_config, size, self.config.data.seq_len, generator=generator,
                            motif_seed=self.config.seed)
         if self.config.data.kind == "corpus":

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ligerkit.engine import Engine
-from ligerkit.engine.data import fill_text_from_corpus
+from ligerkit.engine.data import fill_text_from_corpus, sample_generator
 from ligerkit.engine.model_kit import transformers_config
 from recipes.qwen3_vl.data import make_batch
 
@@ -28,7 +28,7 @@ class Qwen3VLEngine(Engine):
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Samples ``start..start+size-1``: one synthetic image per sample, deterministic per index."""
-        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + start)
+        generator = sample_generator(self.config.seed, start)
         batch = make_batch(self.hf_config, size, self.config.data.seq_len, generator=generator,
                            motif_seed=self.config.seed)
         if self.config.data.kind == "corpus":

@@ -44,13 +44,14 @@ def corpus_ids(path: str) -> torch.Tensor:
     return torch.tensor(ByteTokenizer().encode(text), dtype=torch.long)
 
 
-def _generator(seed: int, index: int) -> torch.Generator:
+def sample_generator(seed: int, index: int) -> torch.Generator:
+    """The random stream of sample ``index`` under ``seed`` (the same on every rank and run)."""
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
 
 
 def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int) -> tuple[torch.Tensor, int]:
     """One sample's token ids (length ``seq_len``) and its number of real (unpadded) tokens."""
-    g = _generator(seed, index)
+    g = sample_generator(seed, index)
     n = cfg.seq_len
     if cfg.kind == "corpus":
         ids = corpus_ids(str(cfg.corpus_path or DEFAULT_CORPUS))
@@ -82,7 +83,7 @@ def text_batch(cfg: DataConfig, vocab_size: int, seed: int, start: int, size: in
 def corpus_text(cfg: DataConfig, seed: int, index: int, length: int) -> torch.Tensor:
     """``length`` consecutive corpus tokens for sample ``index`` (deterministic)."""
     ids = corpus_ids(str(cfg.corpus_path or DEFAULT_CORPUS))
-    g = _generator(seed, index)
+    g = sample_generator(seed, index)
     start = int(torch.randint(0, len(ids) - length, (1,), generator=g))
     return ids[start : start + length]
 
