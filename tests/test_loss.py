@@ -166,3 +166,16 @@ def test_every_recipe_trains_the_same_on_both_loss_paths(recipe):
                              ["train.progress=false", "train.steps=2", f"model.liger_kernel.loss={loss}"])
         losses[loss] = [s.loss for s in engine.train(torch.device("cpu")).steps]
     assert losses["fused"] == pytest.approx(losses["off"], rel=1e-5)
+
+
+def test_mixed_precision_trains_and_both_loss_paths_agree_under_autocast():
+    """float32 master weights + bfloat16 autocast: the fused and standard paths see the same math."""
+    losses = {}
+    for name, sets in (("off", ["train.autocast_bf16=true", "model.liger_kernel.loss=off"]),
+                       ("fused", ["train.autocast_bf16=true", "model.liger_kernel.loss=fused"]),
+                       ("fp32", ["train.autocast_bf16=false"])):
+        engine = load_engine(QWEN3_CPU, ["train.progress=false", "train.steps=6", "model.dtype=float32", *sets])
+        losses[name] = [s.loss for s in engine.train(torch.device("cpu")).steps]
+    assert losses["off"][-1] < losses["off"][0]
+    assert losses["fused"] == pytest.approx(losses["off"], abs=1e-4)
+    assert losses["off"] != losses["fp32"], "autocast must change the arithmetic"

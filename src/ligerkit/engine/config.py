@@ -95,6 +95,10 @@ class TrainConfig(_Strict):
     peak_tflops: float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
     progress: bool = True
     compile: bool = Field(False, description="torch.compile each decoder layer (the FSDP units)")
+    autocast_bf16: bool = Field(
+        False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
+        "mixed precision (float32 master weights and optimizer states)"
+    )
 
     @model_validator(mode="after")
     def _micro_divides_global(self) -> TrainConfig:

@@ -78,6 +78,13 @@ class StepModule(torch.nn.Module):
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Sum of the token losses of one micro-batch (standard or fused path)."""
+        if self.engine.config.train.autocast_bf16:
+            device_type = batch["input_ids"].device.type
+            with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+                return self._loss_sum(batch)
+        return self._loss_sum(batch)
+
+    def _loss_sum(self, batch: Batch) -> torch.Tensor:
         engine = self.engine
         if engine.config.model.liger_kernel.loss == "fused":
             from ligerkit.loss import fused_linear_token_loss, output_head
