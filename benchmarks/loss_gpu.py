@@ -6,6 +6,8 @@ For each recipe's GPU config, three arms in separate processes, same seed and da
 per-step loss of the ``liger`` arm within 1e-3 (the same kernels otherwise).
 
     python benchmarks/loss_gpu.py --recipes qwen3,custom_lm --out results [--gpu 0]
+    python benchmarks/loss_gpu.py --recipes qwen3 --out results \
+        --set model.dtype=float32 --set train.autocast_bf16=true        # mixed precision
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--tolerance", type=float, default=1e-3)
     parser.add_argument("--gpu", default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="config override for every arm, e.g. --set train.autocast_bf16=true")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     env = {"CUDA_VISIBLE_DEVICES": args.gpu} if args.gpu is not None else None
@@ -39,7 +43,7 @@ def main() -> None:
     failed = False
     for name in args.recipes.split(","):
         config = ROOT / "recipes" / name / "configs" / "gpu.yaml"
-        base = [f"train.steps={args.steps}", "train.progress=false"]
+        base = [*args.overrides, f"train.steps={args.steps}", "train.progress=false"]
         arms = {arm: summarize(run_arm(config, [*base, *sets], env=env), 3) for arm, sets in ARMS.items()}
         gap = loss_gap(arms["liger"]["losses"], arms["liger_fused"]["losses"])
         eager = arms["eager"]
