@@ -8,26 +8,19 @@ PaLM convention, counted over the full (not causal-halved) score matrix.
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
+
+from ligerkit.kit.config import text_config
 
 # bf16 dense peak per device, TFLOP/s (vendor figures), by a substring of the device name.
 PEAK_TFLOPS = {"H200": 989.5, "H100": 989.5, "A100": 312.0, "L40S": 362.0}
 
 
-def _text_config(config: Any) -> Any:
-    """The language model's config: transformers' ``get_text_config()``, or a ``text`` field."""
-    getter = getattr(config, "get_text_config", None)
-    if callable(getter):
-        return getter()
-    return getattr(config, "text", config)
-
-
 def flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
     """Training FLOPs per token (forward + backward)."""
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    config = _text_config(getattr(model, "config", None))
+    config = text_config(getattr(model, "config", None))
     layers = getattr(config, "num_hidden_layers", 0) or 0
     heads = getattr(config, "num_attention_heads", 0) or 0
     head_dim = getattr(config, "head_dim", None) or (

@@ -45,3 +45,12 @@ def family_of(model_name_or_path: str | os.PathLike[str], trust_remote_code: boo
             )
         return str(model_type)
     return str(load_config(model_name_or_path, trust_remote_code).model_type)
+
+
+def text_config(config: Any) -> Any:
+    """The language model's part of a config: transformers' ``get_text_config()``, a ``text`` field
+    (composite configs), or the config itself."""
+    getter = getattr(config, "get_text_config", None)
+    if callable(getter):
+        return getter()
+    return getattr(config, "text", config)

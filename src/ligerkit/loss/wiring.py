@@ -9,12 +9,12 @@ is not a Linear layer, or any other transformation is refused before training, n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
+from ligerkit.kit.config import text_config
 
 
 class FusedLossRefusedError(LigerKitError):
@@ -30,15 +30,9 @@ class OutputHead:
     softcap: float | None
 
 
-def _text_config(model: nn.Module) -> Any:
-    config = getattr(model, "config", None)
-    getter = getattr(config, "get_text_config", None)
-    return getter() if callable(getter) else getattr(config, "text", config)
-
-
 def output_head(model: nn.Module) -> OutputHead:
     """The model's output head, or :class:`FusedLossRefusedError` naming what the path cannot do."""
-    config = _text_config(model)
+    config = text_config(getattr(model, "config", None))
     for attr, neutral in (("logit_scale", 1.0), ("logits_scaling", 1.0), ("output_multiplier_scale", 1.0)):
         value = getattr(config, attr, None)
         if value is not None and float(value) != neutral:

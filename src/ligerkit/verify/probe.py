@@ -79,6 +79,11 @@ def _build(cls: Any, args: tuple, kwargs: dict, dtype: torch.dtype) -> nn.Module
     return module.to(dtype)
 
 
+def _first(out: Any) -> torch.Tensor:
+    """A module's output tensor (the first element when it returns a tuple)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 def _constant(t: torch.Tensor) -> float | None:
     flat = t.detach().flatten()
     return float(flat[0]) if flat.numel() and bool((flat == flat[0]).all()) else None
@@ -135,8 +140,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tuple[bool, 
 def _module_outputs(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                     grad: torch.Tensor) -> list[torch.Tensor]:
     x = x.clone().requires_grad_(True)
-    out = fn(x)
-    out = out[0] if isinstance(out, tuple) else out
+    out = _first(fn(x))
     params = [p for _, p in sorted(module.named_parameters())]
     grads = torch.autograd.grad(out, [x, *params], grad.to(out.dtype), allow_unused=True)
     return [out.detach(), *[g if g is not None else torch.zeros_like(p) for g, p in zip(grads, [x, *params],
@@ -166,8 +170,7 @@ def probe_class(source_cls: type, replacement: Replacement, config: Any = None) 
     source.train()
     x = torch.randn(2, 5, width, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        if not torch.equal(source(x)[0] if isinstance(source(x), tuple) else source(x),
-                           source(x)[0] if isinstance(source(x), tuple) else source(x)):
+        if not torch.equal(_first(source(x)), _first(source(x))):
             return ProbeResult(src_name, replacement.name, MISMATCH, ("the source is random in training (dropout?)",))
     source.eval()
     errors: dict[str, float] = {}
@@ -212,7 +215,7 @@ def _input_width(module: nn.Module) -> int:
 def _out_shape(module: nn.Module, x: torch.Tensor) -> torch.Size:
     with torch.no_grad():
         out = module(x)
-    return (out[0] if isinstance(out, tuple) else out).shape
+    return _first(out).shape
 
 
 def _rotary_inputs(module: types.ModuleType | None, config: Any, mrope: bool) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
@@ -273,7 +272,3 @@ def best_alternative(source: object, kind: str, config: Any, module: types.Modul
             return replacement.name
     return None
 
-
-def probe_dtype_note() -> str:
-    """Where the probe runs (kept for reports)."""
-    return f"probed on the CPU with pure-PyTorch references (torch {torch.__version__})"
