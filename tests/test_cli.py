@@ -107,7 +107,7 @@ def test_check_a_recipe_shows_route_swaps_and_scan():
 
 
 def test_check_json_for_every_recipe():
-    for name in ("qwen3", "qwen3_vl", "custom_lm", "vendored_llm"):
+    for name in ("qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "diffllama"):
         result = runner.invoke(app, ["check", f"recipes/{name}", "--json"])
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)

@@ -23,9 +23,9 @@ QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
 ALL_CONFIGS = sorted(ROOT.glob("recipes/*/configs/*.yaml"))
 
 
-def test_there_are_five_recipes_with_cpu_and_gpu_configs():
+def test_there_are_six_recipes_with_cpu_and_gpu_configs():
     names = {p.parent.parent.name for p in ALL_CONFIGS}
-    assert names == {"qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm"}
+    assert names == {"qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm", "diffllama"}
     assert {p.name for p in ALL_CONFIGS} == {"cpu.yaml", "gpu.yaml"}
 
 
@@ -154,3 +154,59 @@ def test_mfu_counts_matmuls_and_attention():
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     expected = 6 * linear + 12 * 2 * 4 * 16 * 64  # layers x heads x head_dim x seq_len
     assert flops_per_token(model, 64) == expected
+
+
+def _step_grads(recipe_config: Path, overrides: list[str], batches) -> tuple[float, dict[str, torch.Tensor]]:
+    engine = load_engine(recipe_config, ["train.progress=false", "train.grad_clip=0", *overrides])
+    model = engine.prepare_model(torch.device("cpu"))
+    capture = GradCapture(model)
+    loss, _, _ = engine.train_step(StepModule(engine, model), capture, batches, torch.device("cpu"))
+    return loss, capture.grads
+
+
+@pytest.mark.parametrize("recipe", ["qwen3", "custom_lm"])
+def test_dropping_a_right_padding_mask_keeps_loss_and_gradients(recipe):
+    config = ROOT / "recipes" / recipe / "configs" / "cpu.yaml"
+    batches = load_engine(config).micro_batches(step=0, vocab_size=320)
+    assert any(bool((b["attention_mask"] == 0).any()) for b in batches)  # padding is really there
+    kept = _step_grads(config, ["train.drop_right_padding_mask=false"], batches)
+    dropped = _step_grads(config, ["train.drop_right_padding_mask=true"], batches)
+    assert dropped[0] == pytest.approx(kept[0], rel=1e-6)
+    for name, grad in kept[1].items():
+        torch.testing.assert_close(dropped[1][name], grad, rtol=1e-5, atol=1e-6)
+
+
+def test_dropping_the_mask_leaves_it_out_of_the_model_inputs():
+    from ligerkit.engine.engine import drop_right_padding_mask
+
+    batch = text_batch(load_recipe_config(QWEN3_CPU).data, 320, seed=0, start=0, size=4)
+    out = drop_right_padding_mask(batch)
+    assert "attention_mask" not in out and out["input_ids"] is batch["input_ids"]
+
+
+def test_dropping_a_mask_that_matters_is_refused():
+    from ligerkit.engine.engine import drop_right_padding_mask
+    from ligerkit.errors import LigerKitError
+
+    batch = text_batch(load_recipe_config(QWEN3_CPU).data, 320, seed=0, start=0, size=4)
+    left = {**batch, "attention_mask": batch["attention_mask"].flip(-1)}
+    with pytest.raises(LigerKitError, match="0 before a 1"):
+        drop_right_padding_mask(left)
+    counted = {**batch, "labels": batch["input_ids"].clone()}  # padded positions carry labels
+    with pytest.raises(LigerKitError, match="counted label"):
+        drop_right_padding_mask(counted)
+
+
+def test_adamw_is_fused_only_on_cuda():
+    engine = load_engine(QWEN3_CPU, ["model.liger_kernel.enabled=false"])
+    model = engine.prepare_model(torch.device("cpu"))
+    assert not engine.prepare_optimizer(model).defaults["fused"]  # the CPU keeps the multi-tensor AdamW
+
+
+def test_the_engine_builds_models_without_a_kv_cache():
+    engine = load_engine(QWEN3_CPU, ["model.liger_kernel.enabled=false"])
+    model = engine.prepare_model(torch.device("cpu"))
+    batch = engine.micro_batches(step=0, vocab_size=320)[0]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    assert out.past_key_values is None
+    assert model.config.use_cache is False

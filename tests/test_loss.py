@@ -158,7 +158,7 @@ def test_fused_with_liger_loss_kernels_left_on_is_rejected():
     assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=off"]).model.liger_kernel.loss == "off"
 
 
-@pytest.mark.parametrize("recipe", ["qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm"])
+@pytest.mark.parametrize("recipe", ["qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm", "diffllama"])
 def test_every_recipe_trains_the_same_on_both_loss_paths(recipe):
     losses = {}
     for loss in ("off", "fused"):
@@ -179,3 +179,22 @@ def test_mixed_precision_trains_and_both_loss_paths_agree_under_autocast():
     assert losses["off"][-1] < losses["off"][0]
     assert losses["fused"] == pytest.approx(losses["off"], abs=1e-4)
     assert losses["off"] != losses["fp32"], "autocast must change the arithmetic"
+
+
+@pytest.mark.parametrize("rows", [128, 512, 1024, 2048, 4096])
+def test_liger_chunk_request_gives_that_many_rows_under_liger_split_rule(rows):
+    """Liger 0.8.5 splits BT rows into ceil(V / (c*H)) parts, each rounded up to a power of two."""
+    from ligerkit.loss.fused import liger_chunk_mem_const
+
+    bt, h, v = 4 * 4095, 1024, 151936
+    c = liger_chunk_mem_const(bt, h, v, rows)
+    parts = -(-v // (c * h))
+    chunk = min(1 << (-(-bt // parts) - 1).bit_length(), bt)
+    assert chunk == rows
+    assert liger_chunk_mem_const(bt, h, v, 1) == 1  # never below Liger's own default
+
+
+def test_fused_loss_rejects_a_non_positive_chunk():
+    h, w, labels = torch.randn(1, 4, 8), torch.randn(16, 8), torch.randint(0, 16, (1, 4))
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        fused_linear_token_loss(h, w, labels, 3, chunk_tokens=0)

@@ -85,7 +85,8 @@ def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):
     def make(overrides):
         arm = next(a for a, sets in B.ARMS.items() if all(s in overrides for s in sets))
         # warm-up steps are slow; the median of the rest is the arm's speed
-        return run([1.0] * 5, [1.0] * 5, [1.0, 1.0, speed[arm], speed[arm], speed[arm]], memory[arm])
+        losses = [1.0, 0.9, 0.8, 0.7, 0.6] if arm != "liger" else [1.0, 0.9, 0.8, 0.7, 0.65]
+        return run(losses, [1.0] * 5, [1.0, 1.0, speed[arm], speed[arm], speed[arm]], memory[arm])
 
     runner = FakeRunner(make)
     result = B.bench(GPU_CONFIG, B.parse_arms("liger_fused,liger"), steps=5, warmup=2, overrides=[], runner=runner)
@@ -95,7 +96,9 @@ def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):
     assert result["arms"]["liger_fused"]["peak_mem_vs_eager"] == pytest.approx(0.375)
     files = B.write_outputs(result, tmp_path)
     table = files[1].read_text()
-    assert "| liger | 150 | 1.50x | 150 | 30.0 | 0.75x | 30.0% |" in table
+    assert result["arms"]["liger"]["max_loss_gap_vs_eager"] == pytest.approx(0.05)
+    assert result["arms"]["liger"]["first_loss_gap_vs_eager"] == 0.0
+    assert "| liger | 150 | 1.50x | 150 | 30.0 | 0.750x | 30.0% | 0.0e+00 | 5.0e-02 |" in table
     assert json.loads(files[0].read_text())["arms"]["eager"]["tokens_per_s"] == 100.0
 
 

@@ -307,8 +307,10 @@ def smoke(
 @app.command()
 def bench(
     target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
-    arms: Annotated[str, typer.Option(help="Comma-separated: eager,liger,liger_fused,compile,liger_compile.")] = (
-        "eager,liger,liger_fused,compile,liger_compile"),
+    arms: Annotated[str, typer.Option(
+        help="Comma-separated, from: eager (Liger off), liger (kernel swaps), liger_fused (swaps + fused loss), "
+             "compile (torch.compile per decoder layer), liger_compile (swaps + compile), compile_fused "
+             "(compile + fused loss, no swaps).")] = "eager,liger,liger_fused,compile,liger_compile,compile_fused",
     steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
     warmup: Annotated[int, typer.Option(help="First steps excluded from timing.")] = 5,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for every arm.")] = None,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from ligerkit.cli import app
@@ -28,3 +29,15 @@ def test_bench_measures_liger_faster_than_eager(tmp_path):
                                       "--steps", "10", "--warmup", "3", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["arms"]["liger"]["tokens_per_s_vs_eager"] > 1.0
+
+
+@pytest.mark.gpu
+def test_the_engine_uses_fused_adamw_on_cuda():
+    from ligerkit.engine.recipe import load_engine
+
+    engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml", ["model.liger_kernel.enabled=false"])
+    model = engine.prepare_model(torch.device("cuda"))
+    assert engine.prepare_optimizer(model).defaults["fused"] is True
+    off = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
+                      ["model.liger_kernel.enabled=false", "train.fused_adamw=false"])
+    assert not off.prepare_optimizer(model).defaults["fused"]

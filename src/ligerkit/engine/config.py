@@ -99,6 +99,16 @@ class TrainConfig(_Strict):
         False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
         "mixed precision (float32 master weights and optimizer states)"
     )
+    fused_adamw: bool = Field(
+        True, description="on a CUDA GPU, AdamW's fused kernel (one launch, float32 arithmetic for bf16 "
+        "parameters) instead of the multi-tensor one; the CPU always uses the multi-tensor one"
+    )
+    drop_right_padding_mask: bool = Field(
+        False, description="causal text models only: leave out attention_mask when every sample is "
+        "right-padded and every padded position's label is ignored (the mask then changes no counted "
+        "logit), so SDPA takes its causal flash kernel with grouped-query heads; refused for any other "
+        "padding"
+    )
 
     @model_validator(mode="after")
     def _micro_divides_global(self) -> TrainConfig:

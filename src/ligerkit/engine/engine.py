@@ -95,6 +95,49 @@ class StepModule(torch.nn.Module):
         return token_loss_sum(engine.forward_logits(self.inner, batch), batch["labels"])
 
 
+def drop_right_padding_mask(batch: Batch) -> Batch:
+    """``batch`` without its ``attention_mask``, after checking the mask is redundant for the loss.
+
+    Under causal attention a right-padded sample's real positions never see its padding (it lies in
+    their future), so when every padded position's label is ignored, no counted logit depends on the
+    mask. Without it, SDPA runs its causal flash kernel (grouped-query heads included) instead of the
+    masked kernel with repeated key/value heads. Raises for left padding, holes, or padding that
+    carries a counted label. ``labels`` may be longer than the mask by a prefix (image positions).
+    """
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return batch
+    if bool((mask[:, 1:] > mask[:, :-1]).any()):
+        raise LigerKitError(
+            "train.drop_right_padding_mask is on, but a sample's attention_mask has a 0 before a 1 (left "
+            "padding, packing or holes), so the mask matters; set train.drop_right_padding_mask=false"
+        )
+    labels = batch["labels"][:, -mask.shape[1]:]
+    if bool((labels[mask == 0] != IGNORE_INDEX).any()):
+        raise LigerKitError(
+            "train.drop_right_padding_mask is on, but a padded position has a counted label, so the mask "
+            "changes the loss; ignore padded labels (-100) or set train.drop_right_padding_mask=false"
+        )
+    return {k: v for k, v in batch.items() if k != "attention_mask"}
+
+
+def disable_kv_cache(model: torch.nn.Module) -> int:
+    """Set ``use_cache = False`` on every transformers config inside ``model``; returns how many.
+
+    transformers models default to building a key/value cache in every forward, training included:
+    work and bookkeeping a training step never reads (and, under ``torch.compile``, a recompile when
+    the cache's first layer fills).
+    """
+    changed = 0
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        for cfg in {id(c): c for c in (config, getattr(config, "text_config", None)) if c is not None}.values():
+            if getattr(cfg, "use_cache", False) is True:
+                cfg.use_cache = False
+                changed += 1
+    return changed
+
+
 def valid_tokens(labels: torch.Tensor) -> int:
     """Number of shifted labels that count in the loss."""
     return int((labels[:, 1:] != IGNORE_INDEX).sum())
@@ -218,6 +261,7 @@ class Engine:
         self.apply_liger()
         torch.manual_seed(self.config.seed)
         model = self.build_model(device)
+        disable_kv_cache(model)  # a training step never reads a key/value cache
         if self.config.model.liger_kernel.enabled:
             self.scan = self.kit.verify(model)
         return model
@@ -230,8 +274,9 @@ class Engine:
     def prepare_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         """AdamW over every trainable parameter."""
         t = self.config.train
-        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=t.lr,
-                                 betas=t.betas, weight_decay=t.weight_decay)
+        params = [p for p in model.parameters() if p.requires_grad]
+        fused = t.fused_adamw and all(p.device.type == "cuda" for p in params)
+        return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused or None)
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then constant."""
@@ -259,6 +304,8 @@ class Engine:
         count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
         loss_sum = torch.zeros((), device=device)
         for batch in batches:
+            if self.config.train.drop_right_padding_mask:
+                batch = drop_right_padding_mask(batch)
             batch = {k: v.to(device) for k, v in batch.items()}
             summed = model(batch)
             # FSDP averages gradients over ranks; scaling by world size keeps them sums / count.

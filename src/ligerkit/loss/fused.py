@@ -15,7 +15,24 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 IGNORE_INDEX = -100
+# Rows of logits that exist at once, on both paths. On the H200 at the Qwen3-0.6B shape, Liger's FLCE
+# takes 90.8 ms at its own 128-row chunks, 30.9 ms at 1024 and 28.2 ms at 2048 (which holds 0.29 GiB
+# more): docs/benchmarks.md, "FLCE chunk size".
 CHUNK_TOKENS = 1024
+
+
+def liger_chunk_mem_const(tokens: int, hidden: int, vocab: int, chunk_tokens: int) -> int:
+    """The ``chunk_mem_const`` that makes Liger's FLCE work on about ``chunk_tokens`` rows at a time.
+
+    Liger 0.8.5 splits the ``tokens`` rows into ``inc = ceil(vocab / (c * hidden))`` parts and rounds
+    each part up to a power of two. Its default ``c = 1`` bounds the transient logits to one
+    ``tokens x hidden`` tensor, which at a 152k vocabulary means chunks of 128 rows: many thin
+    matmuls and a float32 weight-gradient read-modify-write per chunk. Asking for ``inc =
+    ceil(tokens / chunk_tokens)`` parts (at least that many: ``c`` rounds down) bounds the transient
+    logits to about ``chunk_tokens x vocab``.
+    """
+    parts = max(1, -(-tokens // max(1, chunk_tokens)))
+    return max(1, vocab // (parts * hidden))
 
 
 def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
@@ -42,12 +59,13 @@ def chunked_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, lab
 
 def _liger_per_token_or_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                             bias: torch.Tensor | None, ignore_index: int, label_smoothing: float,
-                            softcap: float | None, per_token: bool) -> torch.Tensor:
+                            softcap: float | None, per_token: bool, chunk_tokens: int) -> torch.Tensor:
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     out = liger_fused_linear_cross_entropy(
         hidden, weight, labels, bias=bias, ignore_index=ignore_index, label_smoothing=label_smoothing,
         reduction="none" if per_token else "sum", softcap=softcap, accum_dtype=torch.float32,
+        chunk_mem_const=liger_chunk_mem_const(hidden.shape[0], hidden.shape[1], weight.shape[0], chunk_tokens),
     )
     return out[0] if isinstance(out, tuple) else out
 
@@ -64,7 +82,7 @@ def fused_linear_token_loss(
     softcap: float | None = None,
     per_token: bool = False,
     backend: str = "auto",
-    chunk_tokens: int = CHUNK_TOKENS,
+    chunk_tokens: int | None = None,
 ) -> torch.Tensor:
     """The recipe's token-normalized causal-LM loss from final hidden states.
 
@@ -78,18 +96,26 @@ def fused_linear_token_loss(
         per_token: return (batch, seq - 1) per-token losses divided by ``num_valid_tokens``
             (zero at ignored positions) instead of their sum, for recipes that weight tokens.
         backend: ``liger`` (GPU), ``torch`` (chunked), or ``auto`` (Liger on CUDA tensors).
+        chunk_tokens: rows of logits that exist at once (default ``CHUNK_TOKENS``); larger is
+            faster and holds more memory.
     """
-    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
-    y = labels[:, 1:].reshape(-1)
+    if chunk_tokens is not None and chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be a positive number of rows, got {chunk_tokens}")
+    # Every position stays (a view, no copy of the hidden states); the last one of each row gets an
+    # ignored label, which is the shift.
+    batch, seq = labels.shape
+    h = hidden.reshape(-1, hidden.shape[-1])
+    y = torch.cat([labels[:, 1:], labels.new_full((batch, 1), ignore_index)], dim=1).reshape(-1)
     use_liger = backend == "liger" or (backend == "auto" and h.is_cuda)
     if use_liger:
         losses = _liger_per_token_or_sum(h.contiguous(), weight, y, bias, ignore_index, label_smoothing, softcap,
-                                         per_token)
+                                         per_token, chunk_tokens or CHUNK_TOKENS)
     else:
-        losses = chunked_linear_cross_entropy(h, weight, y, bias, ignore_index, label_smoothing, softcap, chunk_tokens)
+        losses = chunked_linear_cross_entropy(h, weight, y, bias, ignore_index, label_smoothing, softcap,
+                                              chunk_tokens or CHUNK_TOKENS)
         if not per_token:
             losses = losses.sum()
     scale = 1.0 / max(float(num_valid_tokens), 1.0)
     if per_token:
-        return (losses.float() * scale).reshape(labels.shape[0], labels.shape[1] - 1)
+        return (losses.float() * scale).reshape(batch, seq)[:, :-1]
     return losses.float() * scale

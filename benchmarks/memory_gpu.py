@@ -1,0 +1,67 @@
+"""GPU: where a recipe's peak memory goes, phase by phase, for one arm (one process per arm).
+
+Builds the recipe's model through the engine (kit.apply, build, verify), runs one optimizer step so
+the AdamW states exist, then measures one micro-batch of step 1: weights, optimizer states,
+gradients held between micro-batches, activations saved by the forward (allocated after forward
+minus before), and the peak of forward + backward. Prints one JSON line.
+
+    python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set model.liger_kernel.loss=fused
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from ligerkit.engine.engine import StepModule
+from ligerkit.engine.recipe import load_engine
+
+GIB = 2**30
+
+
+def main() -> None:
+    """CLI."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    engine = load_engine(args.config, args.overrides)
+    device = torch.device("cuda")
+    try:
+        model = engine.prepare_model(device)
+        weights = torch.cuda.memory_allocated() / GIB
+        module = StepModule(engine, model)
+        optimizer = engine.prepare_optimizer(module)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        engine.train_step(module, optimizer, engine.micro_batches(0, vocab), device)
+        torch.cuda.synchronize()
+        states = torch.cuda.memory_allocated() / GIB - weights
+        first, *rest = engine.micro_batches(1, vocab)
+        batch = {k: v.to(device) for k, v in first.items()}
+        if engine.config.train.drop_right_padding_mask:
+            batch.pop("attention_mask", None)
+        # a previous micro-batch's gradients are held while the next one runs
+        for p in module.parameters():
+            p.grad = torch.zeros_like(p)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        grads = before / GIB - weights - states
+        torch.cuda.reset_peak_memory_stats()
+        loss = module(batch)
+        torch.cuda.synchronize()
+        saved = (torch.cuda.memory_allocated() - before) / GIB
+        forward_peak = (torch.cuda.max_memory_allocated() - before) / GIB
+        loss.backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / GIB
+    finally:
+        engine.kit.revert()
+    print(json.dumps({"config": args.config, "overrides": args.overrides, "weights_gib": weights,
+                      "optimizer_states_gib": states, "grads_gib": grads, "saved_by_forward_gib": saved,
+                      "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak}))
+
+
+if __name__ == "__main__":
+    main()
