@@ -32,7 +32,7 @@ class FakeRunner:
 
 def run(losses, grad_norms, tokens_per_s, peak, mfu=0.3):
     steps = [{"loss": l_, "grad_norm": g, "tokens_per_s": t, "tokens_per_s_per_device": t, "peak_mem_gib": peak,
-              "mfu": mfu} for l_, g, t in zip(losses, grad_norms, tokens_per_s, strict=True)]
+              "mfu": mfu, "step_time_s": 1000.0 / t} for l_, g, t in zip(losses, grad_norms, tokens_per_s, strict=True)]
     return {"steps": steps, "report": None}
 
 
@@ -98,7 +98,8 @@ def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):
     table = files[1].read_text()
     assert result["arms"]["liger"]["max_loss_gap_vs_eager"] == pytest.approx(0.05)
     assert result["arms"]["liger"]["first_loss_gap_vs_eager"] == 0.0
-    assert "| liger | 150 | 1.50x | 150 | 30.0 | 0.750x | 30.0% | 0.0e+00 | 5.0e-02 |" in table
+    assert result["arms"]["liger"]["step_time_s"] == pytest.approx(1000.0 / 150)
+    assert "| liger | 6666.7 | 150 | 1.50x | 150 | 30.0 | 0.750x | 30.0% | 0.0e+00 | 5.0e-02 |" in table
     assert json.loads(files[0].read_text())["arms"]["eager"]["tokens_per_s"] == 100.0
 
 

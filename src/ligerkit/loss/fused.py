@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 IGNORE_INDEX = -100
 # Rows of logits that exist at once, on both paths. On the H200 at the Qwen3-0.6B shape, Liger's FLCE
 # takes 90.8 ms at its own 128-row chunks, 30.9 ms at 1024 and 28.2 ms at 2048 (which holds 0.29 GiB
-# more): docs/benchmarks.md, "FLCE chunk size".
+# more): docs/benchmarks.md, "Engine tuning".
 CHUNK_TOKENS = 1024
 
 

@@ -68,14 +68,15 @@ def add_ratios(results: dict[str, dict[str, Any]]) -> None:
 
 def to_markdown(result: dict[str, Any]) -> str:
     """The bench result as a markdown table."""
-    lines = ["| arm | tokens/s | vs eager | tokens/s per device | peak memory (GiB) | vs eager | MFU "
-             "| step-1 loss gap vs eager | max loss gap vs eager |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| arm | median step (ms) | tokens/s | vs eager | tokens/s per device | peak memory (GiB) | vs eager "
+             "| MFU | step-1 loss gap vs eager | max loss gap vs eager |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for arm, r in result["arms"].items():
         mem = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "n/a"
         mem_ratio = f"{r['peak_mem_vs_eager']:.3f}x" if r["peak_mem_vs_eager"] is not None else "n/a"
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-        lines.append(f"| {arm} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s_vs_eager']:.2f}x | "
+        step = f"{r['step_time_s'] * 1e3:.1f}" if r.get("step_time_s") is not None else "n/a"
+        lines.append(f"| {arm} | {step} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s_vs_eager']:.2f}x | "
                      f"{r['tokens_per_s_per_device']:,.0f} | {mem} | {mem_ratio} | {mfu} | "
                      f"{r['first_loss_gap_vs_eager']:.1e} | {r['max_loss_gap_vs_eager']:.1e} |")
     return "\n".join(lines)

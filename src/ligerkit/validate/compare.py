@@ -50,6 +50,7 @@ def summarize(run: dict[str, Any], warmup: int) -> dict[str, Any]:
         "losses": [s["loss"] for s in steps],
         "grad_norms": [s["grad_norm"] for s in steps],
         "tokens_per_s": statistics.median(s["tokens_per_s"] for s in timed),
+        "step_time_s": statistics.median(s["step_time_s"] for s in timed) if "step_time_s" in timed[0] else None,
         "tokens_per_s_per_device": statistics.median(s["tokens_per_s_per_device"] for s in timed),
         "peak_mem_gib": max(peak) if peak else None,
         "mfu": statistics.median(mfu) if mfu else None,
