@@ -128,8 +128,20 @@ def test_compile_flag_compiles_each_decoder_layer():
     from ligerkit.engine.recipe import load_engine
     import torch
 
-    engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml", ["train.compile=true"])
+    engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
+                         ["train.compile=true", "model.liger_kernel.enabled=false"])
     model = engine.prepare_model(torch.device("meta"))
     compiled = engine.compile_model(model)
     assert compiled == ["model.layers.0", "model.layers.1"]
     assert model.model.layers[0]._compiled_call_impl is not None
+
+
+def test_compile_over_liger_kernel_swaps_is_opt_in():
+    from ligerkit.engine.config import ConfigError, load_recipe_config
+
+    with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
+        load_recipe_config(GPU_CONFIG, ["train.compile=true"])
+    assert load_recipe_config(GPU_CONFIG, ["train.compile=true", "model.liger_kernel.enabled=false"]).train.compile
+    assert load_recipe_config(GPU_CONFIG, B.ARMS["liger_compile"]).train.compile_over_liger_kernels
+    for arm, sets in B.ARMS.items():  # every bench arm is a valid config
+        assert load_recipe_config(GPU_CONFIG, sets), arm

@@ -21,7 +21,8 @@ ARMS: dict[str, list[str]] = {
     "liger": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=false"],
     "liger_fused": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused", "train.compile=false"],
     "compile": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off", "train.compile=true"],
-    "liger_compile": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=true"],
+    "liger_compile": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=true",
+                      "train.compile_over_liger_kernels=true"],
     # torch.compile for the decoder layers, Liger's fused linear cross entropy for the part compile
     # cannot shrink (the full logits): the kernel swaps stay off
     "compile_fused": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=fused", "train.compile=true"],
