@@ -48,7 +48,7 @@ def measure(fn, hidden, weight, labels, count, warmup: int, iters: int) -> dict:
         if i >= warmup:
             times.append(start.elapsed_time(end))
     peak = (torch.cuda.max_memory_allocated() - base) / 2**30
-    return {"ms": statistics.median(times), "peak_gib_above_inputs": peak, "loss": float(loss),
+    return {"ms": statistics.median(times), "peak_gib_above_inputs": peak, "loss": loss.item(),
             "grads": (hidden.grad.float().clone(), weight.grad.float().clone())}
 
 

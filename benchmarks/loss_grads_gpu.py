@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ligerkit.engine.engine import drop_right_padding_mask, token_loss_sum, valid_tokens
+from ligerkit.engine.engine import token_loss_sum, valid_tokens
 from ligerkit.engine.recipe import load_engine
 from ligerkit.loss import fused_linear_token_loss, output_head
 
@@ -39,13 +39,17 @@ def grads(engine, model, batch, mode: str, count: float, chunk: int | None) -> d
     return {n: p.grad.float().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict:
-    """Total norms and per-parameter relative errors against ``ref``."""
-    errors = {n: float((got[n] - r).norm() / r.norm().clamp_min(1e-30)) for n, r in ref.items()}
+def total_norm(grads: dict[str, torch.Tensor]) -> float:
+    """The norm of all gradients together (float64 sum)."""
+    return float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())))
+
+
+def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], ref_total: float) -> dict:
+    """Total norm and per-parameter relative errors of ``got`` against ``ref`` (whose norm is ``ref_total``)."""
+    errors = {n: float((got[n] - r).norm() / r.norm().clamp_min(1e-30)) for n, r in ref.items() if n in got}
     missing = sorted(set(ref) - set(got))
-    total = float(torch.sqrt(sum((g.double() ** 2).sum() for g in got.values())))
-    diff = float(torch.sqrt(sum(((got[n] - r).double() ** 2).sum() for n, r in ref.items() if n in got)))
-    ref_total = float(torch.sqrt(sum((r.double() ** 2).sum() for r in ref.values())))
+    total = total_norm(got)
+    diff = total_norm({n: got[n] - r for n, r in ref.items() if n in got})
     worst = sorted(errors.items(), key=lambda kv: -kv[1])[:6]
     return {"total_norm": total, "total_rel_error": diff / ref_total, "missing": missing, "worst": worst}
 
@@ -62,15 +66,15 @@ def main() -> None:
     model = engine.prepare_model(device)
     reference = copy.deepcopy(model).float()
     vocab = model.get_output_embeddings().weight.shape[0]
-    batch = drop_right_padding_mask(engine.micro_batches(0, vocab)[0])
+    batch = engine.micro_batches(0, vocab)[0]
     count = float(valid_tokens(batch["labels"]))
-    batch = {k: v.to(device) for k, v in batch.items()}
+    batch = engine.device_batch(batch, device)
     ref = grads(engine, reference, batch, "standard", count, None)
-    result = {"config": args.config, "valid_tokens": count, "reference_total_norm":
-              float(torch.sqrt(sum((r.double() ** 2).sum() for r in ref.values())))}
+    ref_total = total_norm(ref)
+    result = {"config": args.config, "valid_tokens": count, "reference_total_norm": ref_total}
     for name, mode, chunk in [("standard_bf16", "standard", None), ("fused_liger", "liger", None),
                               ("fused_liger_chunk128", "liger", 128), ("fused_torch_bf16", "torch", None)]:
-        result[name] = compare(grads(engine, model, batch, mode, count, chunk), ref)
+        result[name] = compare(grads(engine, model, batch, mode, count, chunk), ref, ref_total)
         r = result[name]
         print(f"{name}: total norm {r['total_norm']:.5f} (ref {result['reference_total_norm']:.5f}), "
               f"total rel error {r['total_rel_error']:.2e}, missing {r['missing']}, worst "

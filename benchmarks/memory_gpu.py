@@ -39,9 +39,7 @@ def main() -> None:
         torch.cuda.synchronize()
         states = torch.cuda.memory_allocated() / GIB - weights
         first, *rest = engine.micro_batches(1, vocab)
-        batch = {k: v.to(device) for k, v in first.items()}
-        if engine.config.train.drop_right_padding_mask:
-            batch.pop("attention_mask", None)
+        batch = engine.device_batch(first, device)
         # a previous micro-batch's gradients are held while the next one runs
         for p in module.parameters():
             p.grad = torch.zeros_like(p)

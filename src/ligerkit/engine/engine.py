@@ -121,21 +121,18 @@ def drop_right_padding_mask(batch: Batch) -> Batch:
     return {k: v for k, v in batch.items() if k != "attention_mask"}
 
 
-def disable_kv_cache(model: torch.nn.Module) -> int:
-    """Set ``use_cache = False`` on every transformers config inside ``model``; returns how many.
+def disable_kv_cache(model: torch.nn.Module) -> None:
+    """Set ``use_cache = False`` on every transformers config inside ``model``.
 
     transformers models default to building a key/value cache in every forward, training included:
     work and bookkeeping a training step never reads (and, under ``torch.compile``, a recompile when
     the cache's first layer fills).
     """
-    changed = 0
     for module in model.modules():
         config = getattr(module, "config", None)
-        for cfg in {id(c): c for c in (config, getattr(config, "text_config", None)) if c is not None}.values():
+        for cfg in (config, getattr(config, "text_config", None)):
             if getattr(cfg, "use_cache", False) is True:
                 cfg.use_cache = False
-                changed += 1
-    return changed
 
 
 def valid_tokens(labels: torch.Tensor) -> int:
@@ -278,6 +275,13 @@ class Engine:
         fused = t.fused_adamw and all(p.device.type == "cuda" for p in params)
         return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused or None)
 
+    def device_batch(self, batch: Batch, device: torch.device) -> Batch:
+        """A micro-batch as the model gets it: without its padding mask when
+        ``train.drop_right_padding_mask`` is on (checked first), every tensor on ``device``."""
+        if self.config.train.drop_right_padding_mask:
+            batch = drop_right_padding_mask(batch)
+        return {k: v.to(device) for k, v in batch.items()}
+
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then constant."""
         t = self.config.train
@@ -304,10 +308,7 @@ class Engine:
         count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
         loss_sum = torch.zeros((), device=device)
         for batch in batches:
-            if self.config.train.drop_right_padding_mask:
-                batch = drop_right_padding_mask(batch)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            summed = model(batch)
+            summed = model(self.device_batch(batch, device))
             # FSDP averages gradients over ranks; scaling by world size keeps them sums / count.
             (summed * (self.env.world_size / count)).backward()
             loss_sum += summed.detach()
