@@ -210,3 +210,45 @@ def test_the_engine_builds_models_without_a_kv_cache():
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     assert out.past_key_values is None
     assert model.config.use_cache is False
+
+
+def test_deterministic_mode_is_on_while_training_and_restored_after(monkeypatch):
+    engine = load_engine(QWEN3_CPU, ["train.steps=2", "train.progress=false", "train.deterministic=true"])
+    seen = []
+    original = engine._train
+
+    def spy(device):
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return original(device)
+
+    monkeypatch.setattr(engine, "_train", spy)
+    engine.train(torch.device("cpu"))
+    assert seen == [True]
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == ":4096:8"
+
+
+def test_gradient_norm_is_taken_in_float32_and_clips_to_it():
+    engine = load_engine(QWEN3_CPU, ["train.grad_clip=0.5"])
+    model = torch.nn.Linear(64, 300).to(torch.bfloat16)
+    torch.manual_seed(1)
+    for p in model.parameters():
+        p.grad = (torch.randn_like(p, dtype=torch.float32) * 3).to(torch.bfloat16)
+    want = torch.linalg.vector_norm(torch.cat([p.grad.float().reshape(-1) for p in model.parameters()])).item()
+    bf16_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
+    norm = engine._clip(model)
+    assert norm == pytest.approx(want, rel=1e-6)
+    assert abs(bf16_norm - want) > abs(norm - want)  # the bf16 norm is a coarse rounding of it
+    clipped = torch.linalg.vector_norm(torch.cat([p.grad.float().reshape(-1) for p in model.parameters()])).item()
+    assert clipped == pytest.approx(0.5, rel=1e-2)
+
+
+def test_no_clipping_still_reports_the_norm_and_leaves_gradients_alone():
+    engine = load_engine(QWEN3_CPU, ["train.grad_clip=0"])
+    model = torch.nn.Linear(8, 4)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 10.0)
+    before = [p.grad.clone() for p in model.parameters()]
+    assert engine._clip(model) == pytest.approx(10.0 * (8 * 4 + 4) ** 0.5, rel=1e-6)
+    for p, b in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p.grad, b)

@@ -198,3 +198,53 @@ def test_fused_loss_rejects_a_non_positive_chunk():
     h, w, labels = torch.randn(1, 4, 8), torch.randn(16, 8), torch.randint(0, 16, (1, 4))
     with pytest.raises(ValueError, match="chunk_tokens"):
         fused_linear_token_loss(h, w, labels, 3, chunk_tokens=0)
+
+
+def test_a_fractional_token_count_is_used_as_given_and_a_negative_one_refused():
+    torch.manual_seed(0)
+    h, w, labels = torch.randn(2, 5, 8), torch.randn(16, 8), torch.randint(0, 16, (2, 5))
+    whole = fused_linear_token_loss(h, w, labels, 1.0)
+    torch.testing.assert_close(fused_linear_token_loss(h, w, labels, 0.5), 2 * whole)
+    with pytest.raises(ValueError, match="num_valid_tokens"):
+        fused_linear_token_loss(h, w, labels, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_weight_gradient_is_rounded_down_inside_its_own_storage(dtype, monkeypatch):
+    import ligerkit.loss.liger_chunks as chunks
+
+    monkeypatch.setattr(chunks, "_DOWNCAST_BLOCK", 999)  # many blocks, the first overlapping its source
+    acc = torch.randn(300, 77) * 5
+    want = acc.to(dtype)
+    got = chunks._downcast_in_place(acc, dtype)
+    assert got.dtype == dtype and got.shape == acc.shape
+    assert got.untyped_storage().data_ptr() == acc.untyped_storage().data_ptr()
+    assert torch.equal(got, want)
+    assert chunks._downcast_in_place(acc, torch.float32) is acc
+
+
+def test_the_chunk_setting_needs_the_fused_path():
+    with pytest.raises(ConfigError, match="loss_chunk_tokens"):
+        load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss_chunk_tokens=64"])
+    with pytest.raises(ConfigError, match="loss_chunk_tokens"):
+        load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=fused", "model.liger_kernel.loss_chunk_tokens=0"])
+
+
+def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
+    import ligerkit.loss
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["chunk_tokens"])
+        return fused_linear_token_loss(*args, **kwargs)
+
+    monkeypatch.setattr(ligerkit.loss, "fused_linear_token_loss", spy)
+    sets = ["train.progress=false", "train.steps=2", "model.liger_kernel.loss=fused"]
+    engine = load_engine(QWEN3_CPU, [*sets, "model.liger_kernel.loss_chunk_tokens=48"])
+    chunked = [s.loss for s in engine.train(torch.device("cpu")).steps]
+    assert "48 rows of logits at a time" in engine.loss_path()
+    assert seen and set(seen) == {48}
+    default = load_engine(QWEN3_CPU, sets)
+    assert "512 rows" in default.loss_path()
+    assert [s.loss for s in default.train(torch.device("cpu")).steps] == pytest.approx(chunked, rel=1e-6)

@@ -36,6 +36,10 @@ class LigerKernelConfig(_Strict):
     loss: Literal["off", "fused"] = Field(
         "off", description="off: full logits + cross entropy; fused: ligerkit.loss (FLCE on GPU, chunked on CPU)"
     )
+    loss_chunk_tokens: int | None = Field(
+        None, gt=0, description="loss: fused only; rows of logits that exist at once (default: "
+        "ligerkit.loss.fused.CHUNK_TOKENS, 512); more rows are faster and hold more memory"
+    )
 
     @field_validator("loss", mode="before")
     @classmethod
@@ -44,6 +48,8 @@ class LigerKernelConfig(_Strict):
 
     @model_validator(mode="after")
     def _fused_excludes_liger_loss_kernels(self) -> LigerKernelConfig:
+        if self.loss_chunk_tokens is not None and self.loss != "fused":
+            raise ValueError("loss_chunk_tokens sets the fused loss path's chunks; it needs loss: fused")
         if self.loss == "fused":
             enabled = {k for k, v in self.modules.items() if v} if isinstance(self.modules, dict) else set()
             if not set(LOSS_MODULES) <= set(self.excluded_modules) or enabled & set(LOSS_MODULES):
@@ -106,6 +112,10 @@ class TrainConfig(_Strict):
     fused_adamw: bool = Field(
         True, description="on a CUDA GPU, AdamW's fused kernel (one launch, float32 arithmetic for bf16 "
         "parameters) instead of the multi-tensor one; the CPU always uses the multi-tensor one"
+    )
+    deterministic: bool = Field(
+        False, description="PyTorch's deterministic algorithms and a fixed cuBLAS workspace, so the same "
+        "command gives the same losses bit for bit (slower; an op without a deterministic kernel raises)"
     )
     drop_right_padding_mask: bool = Field(
         False, description="causal text models only: leave out attention_mask when every sample is "

@@ -10,7 +10,7 @@ by the count of valid tokens over the whole optimizer step (all micro-batches, a
 
 from __future__ import annotations
 
-import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +60,15 @@ def pick_device(env: D.DistEnv) -> torch.device:
     return torch.device("cpu")
 
 
+def use_deterministic_algorithms() -> None:
+    """Make a run repeatable bit for bit: PyTorch's deterministic kernels (flash attention's
+    backward included) and a fixed cuBLAS workspace. An op with no deterministic kernel then
+    raises instead of running. The Liger kernels the recipes use (RMSNorm, RoPE, SwiGLU, cross
+    entropy) reduce without atomics in liger-kernel 0.8.5."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+
+
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Sum of float32 cross entropy over shifted, non-ignored labels."""
     shifted = labels[:, 1:].reshape(-1)
@@ -76,23 +85,30 @@ class StepModule(torch.nn.Module):
         self.engine = engine  # a plain attribute: the engine is not an nn.Module
         self.inner = model
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        """Sum of the token losses of one micro-batch (standard or fused path)."""
+    def forward(self, batch: Batch, scale: float = 1.0) -> torch.Tensor:
+        """The sum of this micro-batch's token losses times ``scale`` (standard or fused path).
+
+        The engine passes ``scale = world size / valid tokens of the optimizer step``, so the fused
+        path can divide inside its kernel, before the logits' gradient is rounded, as the standard
+        path's float32 cross entropy does.
+        """
         if self.engine.config.train.autocast_bf16:
             device_type = batch["input_ids"].device.type
             with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
-                return self._loss_sum(batch)
-        return self._loss_sum(batch)
+                return self._loss(batch, scale)
+        return self._loss(batch, scale)
 
-    def _loss_sum(self, batch: Batch) -> torch.Tensor:
+    def _loss(self, batch: Batch, scale: float) -> torch.Tensor:
         engine = self.engine
         if engine.config.model.liger_kernel.loss == "fused":
             from ligerkit.loss import fused_linear_token_loss, output_head
 
             head = output_head(self.inner)
             hidden = engine.forward_hidden(self.inner, batch)
-            return fused_linear_token_loss(hidden, head.weight, batch["labels"], 1.0, head.bias, softcap=head.softcap)
-        return token_loss_sum(engine.forward_logits(self.inner, batch), batch["labels"])
+            return fused_linear_token_loss(hidden, head.weight, batch["labels"], 1.0 / scale, head.bias,
+                                           softcap=head.softcap,
+                                           chunk_tokens=engine.config.model.liger_kernel.loss_chunk_tokens)
+        return token_loss_sum(engine.forward_logits(self.inner, batch), batch["labels"]) * scale
 
 
 def drop_right_padding_mask(batch: Batch) -> Batch:
@@ -198,8 +214,12 @@ class Engine:
     def loss_path(self) -> str:
         """Which loss path trains, in words (reports, ``check``, ``train``)."""
         if self.config.model.liger_kernel.loss == "fused":
-            return ("fused: ligerkit.loss from hidden states and the output head (Liger FLCE on a GPU, chunked "
-                    "PyTorch on a CPU), float32, summed, divided by the step's global valid-token count")
+            from ligerkit.loss.fused import CHUNK_TOKENS
+
+            rows = self.config.model.liger_kernel.loss_chunk_tokens or CHUNK_TOKENS
+            return (f"fused: ligerkit.loss from hidden states and the output head, {rows} rows of logits at a time "
+                    "(Liger's cross-entropy kernel on a GPU, chunked PyTorch on a CPU), float32, summed, divided by "
+                    "the step's global valid-token count before the logits' gradient is rounded")
         return "standard: full logits + float32 cross entropy, summed, divided by the step's global valid-token count"
 
     def check_loss_path(self, model: torch.nn.Module, device: torch.device) -> None:
@@ -306,34 +326,55 @@ class Engine:
         local = torch.tensor(float(sum(valid_tokens(b["labels"]) for b in batches)), device=device)
         total = D.all_reduce_sum(local, self.env)
         count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
+        # FSDP averages gradients over ranks; the world-size factor keeps them sums / count.
+        scale = self.env.world_size / count
         loss_sum = torch.zeros((), device=device)
         for batch in batches:
-            summed = model(self.device_batch(batch, device))
-            # FSDP averages gradients over ranks; scaling by world size keeps them sums / count.
-            (summed * (self.env.world_size / count)).backward()
-            loss_sum += summed.detach()
+            part = model(self.device_batch(batch, device), scale)
+            part.backward()
+            loss_sum += part.detach()
         norm = self._clip(model)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        loss = D.all_reduce_sum(loss_sum, self.env).item() / count
+        loss = D.all_reduce_sum(loss_sum, self.env).item() / self.env.world_size
         return loss, norm, int(total.item())
 
     def _clip(self, model: torch.nn.Module) -> float:
-        max_norm = self.config.train.grad_clip or math.inf
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        full = getattr(norm, "full_tensor", None)
-        return float(full() if callable(full) else norm)
+        """Clip to ``train.grad_clip`` by the total gradient norm, taken in float32; return that norm.
+
+        ``clip_grad_norm_`` takes the norm in the gradients' dtype: for bf16 gradients the clip
+        factor then moves in steps of 0.4-0.8%, and two runs whose gradients differ in the last
+        bit can be clipped by factors that far apart.
+        """
+        params = [p for p in model.parameters() if p.grad is not None]
+        if not params:
+            return 0.0
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        for p in params:  # one foreach launch per (device, dtype), as clip_grad_norm_ groups them
+            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+        first = params[0].grad.device
+        norms = [n.to(first) for grads in groups.values()
+                 for n in torch._foreach_norm(grads, 2.0, dtype=torch.float32)]
+        total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+        if self.config.train.grad_clip:
+            torch.nn.utils.clip_grads_with_norm_(params, self.config.train.grad_clip, total)
+        full = getattr(total, "full_tensor", None)
+        return float(full() if callable(full) else total)
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Prepare everything in order, train ``train.steps`` steps, log each one."""
         device = device or pick_device(self.env)
         D.init(self.env, device)
         clean = False
+        was_deterministic = torch.are_deterministic_algorithms_enabled()
         try:
+            if self.config.train.deterministic:
+                use_deterministic_algorithms()
             result = self._train(device)
             clean = True
             return result
         finally:
+            torch.use_deterministic_algorithms(was_deterministic)
             self.kit.revert()
             D.shutdown(self.env, barrier=clean)
 

@@ -3,9 +3,11 @@
 ``fused_linear_token_loss(hidden, weight, labels, num_valid_tokens)`` shifts the labels, honours
 ``ignore_index``, accumulates in float32, sums, and divides by the caller's count of valid tokens
 (the recipe's global count over every micro-batch of the optimizer step and every rank), so it
-equals the recipe's standard loss. On a GPU it calls Liger's fused linear cross entropy; on a CPU
-a chunked PyTorch implementation of the same math, each chunk recomputed in backward
-(checkpointing), so only one chunk's logits ever exist.
+equals the recipe's standard loss. On a GPU it runs Liger's fused linear cross entropy: for the
+token-normalized sum, Liger's cross-entropy kernel in the chunk loop of ``liger_chunks`` (the kernel
+divides by the count before it rounds the logits' gradient, as the standard path does); for
+per-token output, Liger's FLCE function. On a CPU it runs a chunked PyTorch implementation of the
+same math, each chunk recomputed in backward (checkpointing), so only one chunk's logits ever exist.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ligerkit.loss.liger_chunks import liger_token_normalized_loss
+
 IGNORE_INDEX = -100
-# Rows of logits that exist at once, on both paths. On the H200 at the Qwen3-0.6B shape, Liger's FLCE
-# takes 90.8 ms at its own 128-row chunks, 30.9 ms at 1024 and 28.2 ms at 2048 (which holds 0.29 GiB
-# more): docs/benchmarks.md, "Engine tuning".
-CHUNK_TOKENS = 1024
+# Rows of logits that exist at once, on both paths. On the H200 at the Qwen3-0.6B shape (batch
+# 4 x 4096), 512 rows instead of 1024 lower the Liger + fused arm's peak from 23.68 to 23.54 GiB
+# (0.382x to 0.3795x eager) for 7% fewer tokens/s (86.1k to 79.8k); Liger's own 128-row default is
+# three times slower in the loss head: docs/benchmarks.md, "Loss-compatibility path".
+CHUNK_TOKENS = 512
 
 
 def liger_chunk_mem_const(tokens: int, hidden: int, vocab: int, chunk_tokens: int) -> int:
@@ -57,14 +62,15 @@ def chunked_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, lab
     return torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
 
 
-def _liger_per_token_or_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                            bias: torch.Tensor | None, ignore_index: int, label_smoothing: float,
-                            softcap: float | None, per_token: bool, chunk_tokens: int) -> torch.Tensor:
+def _liger_per_token(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, bias: torch.Tensor | None,
+                     ignore_index: int, label_smoothing: float, softcap: float | None,
+                     chunk_tokens: int) -> torch.Tensor:
+    """Unreduced float32 losses from Liger's own FLCE function (it folds per-token upstream gradients in)."""
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     out = liger_fused_linear_cross_entropy(
         hidden, weight, labels, bias=bias, ignore_index=ignore_index, label_smoothing=label_smoothing,
-        reduction="none" if per_token else "sum", softcap=softcap, accum_dtype=torch.float32,
+        reduction="none", softcap=softcap, accum_dtype=torch.float32,
         chunk_mem_const=liger_chunk_mem_const(hidden.shape[0], hidden.shape[1], weight.shape[0], chunk_tokens),
     )
     return out[0] if isinstance(out, tuple) else out
@@ -91,7 +97,9 @@ def fused_linear_token_loss(
         weight: (vocab, hidden) output projection (tied or not); ``bias`` if the head has one.
         labels: (batch, seq) token ids aligned with ``hidden``; shifted here by one.
         num_valid_tokens: the recipe's count of valid labels for the whole optimizer step (all
-            micro-batches, all ranks). The sum over this micro-batch is divided by it.
+            micro-batches, all ranks; divided by the world size under FSDP, which averages
+            gradients over ranks). The sum over this micro-batch is divided by it; 0 (an
+            all-ignored step) gives a zero loss.
         softcap: the model's final logit softcapping (``cap * tanh(logits / cap)``), if any.
         per_token: return (batch, seq - 1) per-token losses divided by ``num_valid_tokens``
             (zero at ignored positions) instead of their sum, for recipes that weight tokens.
@@ -107,15 +115,20 @@ def fused_linear_token_loss(
     h = hidden.reshape(-1, hidden.shape[-1])
     y = torch.cat([labels[:, 1:], labels.new_full((batch, 1), ignore_index)], dim=1).reshape(-1)
     use_liger = backend == "liger" or (backend == "auto" and h.is_cuda)
+    chunk = chunk_tokens or CHUNK_TOKENS
+    if num_valid_tokens < 0:
+        raise ValueError(f"num_valid_tokens must be >= 0, got {num_valid_tokens}")
+    # An all-ignored step has nothing to count: its loss is zero, never NaN.
+    normalizer = float(num_valid_tokens) if num_valid_tokens > 0 else 1.0
+    if use_liger and not per_token:
+        # The division happens inside the kernel, before the logits' gradient is rounded.
+        return liger_token_normalized_loss(h.contiguous(), weight, y, normalizer, bias, ignore_index=ignore_index,
+                                           label_smoothing=label_smoothing, softcap=softcap, chunk_tokens=chunk)
     if use_liger:
-        losses = _liger_per_token_or_sum(h.contiguous(), weight, y, bias, ignore_index, label_smoothing, softcap,
-                                         per_token, chunk_tokens or CHUNK_TOKENS)
+        losses = _liger_per_token(h.contiguous(), weight, y, bias, ignore_index, label_smoothing, softcap, chunk)
     else:
-        losses = chunked_linear_cross_entropy(h, weight, y, bias, ignore_index, label_smoothing, softcap,
-                                              chunk_tokens or CHUNK_TOKENS)
-        if not per_token:
-            losses = losses.sum()
-    scale = 1.0 / max(float(num_valid_tokens), 1.0)
+        losses = chunked_linear_cross_entropy(h, weight, y, bias, ignore_index, label_smoothing, softcap, chunk)
+    scale = 1.0 / normalizer
     if per_token:
         return (losses.float() * scale).reshape(batch, seq)[:, :-1]
-    return losses.float() * scale
+    return losses.sum() * scale
