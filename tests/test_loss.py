@@ -248,3 +248,19 @@ def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
     default = load_engine(QWEN3_CPU, sets)
     assert "512 rows" in default.loss_path()
     assert [s.loss for s in default.train(torch.device("cpu")).steps] == pytest.approx(chunked, rel=1e-6)
+
+
+def test_the_gpu_loop_hands_its_gradients_out_once_scaled_by_the_caller():
+    """The backward of the GPU loop (its forward needs CUDA): scale in place, refuse a second call."""
+    from types import SimpleNamespace
+
+    from ligerkit.loss.liger_chunks import _TokenNormalizedFLCE
+
+    gx, gw = torch.ones(3, 4, dtype=torch.bfloat16), torch.full((5, 4), 2.0, dtype=torch.bfloat16)
+    ctx = SimpleNamespace(grad_x=gx, grad_w=gw, grad_b=None)
+    out = _TokenNormalizedFLCE.backward(ctx, torch.tensor(0.5))
+    assert torch.equal(out[0], torch.full((3, 4), 0.5, dtype=torch.bfloat16))
+    assert torch.equal(out[1], torch.ones(5, 4, dtype=torch.bfloat16))
+    assert out[2] is None and len(out) == 9
+    with pytest.raises(RuntimeError, match="once"):
+        _TokenNormalizedFLCE.backward(ctx, torch.tensor(1.0))

@@ -113,6 +113,12 @@ class _TokenNormalizedFLCE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):  # noqa: D102
         grads = [ctx.grad_x, ctx.grad_w, ctx.grad_b]
+        if getattr(ctx, "consumed", False):
+            raise RuntimeError(
+                "the fused loss computes its gradients in the forward and hands them out once; run the "
+                "forward again instead of calling backward twice on it (retain_graph)"
+            )
+        ctx.consumed = True
         ctx.grad_x = ctx.grad_w = ctx.grad_b = None
         # The loss is normally the last op (grad_output is exactly 1, and x * 1 == x in any dtype);
         # a caller that scales it further gets its factor applied here, in place.
