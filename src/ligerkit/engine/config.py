@@ -38,7 +38,7 @@ class LigerKernelConfig(_Strict):
     )
     loss_chunk_tokens: int | None = Field(
         None, gt=0, description="loss: fused only; rows of logits that exist at once (default: "
-        "ligerkit.loss.fused.CHUNK_TOKENS, 512); more rows are faster and hold more memory"
+        "ligerkit.loss.liger_chunks.CHUNK_TOKENS, 512); more rows are faster and hold more memory"
     )
 
     @field_validator("loss", mode="before")

@@ -214,7 +214,7 @@ class Engine:
     def loss_path(self) -> str:
         """Which loss path trains, in words (reports, ``check``, ``train``)."""
         if self.config.model.liger_kernel.loss == "fused":
-            from ligerkit.loss.fused import CHUNK_TOKENS
+            from ligerkit.loss.liger_chunks import CHUNK_TOKENS
 
             rows = self.config.model.liger_kernel.loss_chunk_tokens or CHUNK_TOKENS
             return (f"fused: ligerkit.loss from hidden states and the output head, {rows} rows of logits at a time "

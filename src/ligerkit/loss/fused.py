@@ -16,14 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from ligerkit.loss.liger_chunks import liger_token_normalized_loss
+from ligerkit.loss.liger_chunks import CHUNK_TOKENS, liger_token_normalized_loss
 
 IGNORE_INDEX = -100
-# Rows of logits that exist at once, on both paths. On the H200 at the Qwen3-0.6B shape (batch
-# 4 x 4096), 512 rows instead of 1024 lower the Liger + fused arm's peak from 23.68 to 23.54 GiB
-# (0.382x to 0.3795x eager) for 7% fewer tokens/s (86.1k to 79.8k); Liger's own 128-row default is
-# three times slower in the loss head: docs/benchmarks.md, "Loss-compatibility path".
-CHUNK_TOKENS = 512
 
 
 def liger_chunk_mem_const(tokens: int, hidden: int, vocab: int, chunk_tokens: int) -> int:
