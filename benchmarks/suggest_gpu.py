@@ -63,7 +63,7 @@ def train_family(family: str, liger: bool, steps: int, batch: int, seq: int, dim
     from transformers.models.auto import modeling_auto
 
     from ligerkit import LigerKernelKit
-    from ligerkit.kit.metabuild import model_class_for
+    from ligerkit.hf import model_class_for
 
     _, config = _family_config(family, dims)
     if config.model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:

@@ -36,7 +36,8 @@ def test_plan_without_arguments_plans_a_small_qwen3():
 
 
 def test_plan_json_has_report_and_scan():
-    result = runner.invoke(app, ["plan", "--family", "llama", "--modules", "rope=off,swiglu=on", "--json"])
+    result = runner.invoke(app, ["plan", "--family", "llama", "--modules", "rms_norm=on,rope=off,swiglu=on",
+                                 "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["report"]["modules"]["rope"] is False
@@ -52,7 +53,7 @@ def test_plan_json_has_report_and_scan():
         (["plan", "--family", "qwen3_vl", "--modules", "swiglu=on"], "NoEffectError"),
         (["plan", "--modules", "rope"], "InvalidOptionError"),
         (["plan", "--family", "qwen3", "--model", "x"], "InvalidOptionError"),
-        (["plan", "--family", "internvl"], "LateApplyError"),
+        (["plan", "--family", "internvl", "--modules", "layer_norm=on"], "UnreachableSwapError"),
     ],
 )
 def test_plan_failures_exit_1_with_the_message(args, message):
@@ -78,6 +79,14 @@ def test_plan_from_a_local_config_dir(tmp_path):
     data = json.loads(result.stdout)
     assert data["report"]["families"] == ["qwen3"]
     assert data["scan"]["counts"]["liger_kernel.transformers.rms_norm.LigerRMSNorm"] == 9  # 2 layers x 4 + final
+
+
+def test_explicit_modules_never_pull_in_liger_defaults():
+    result = runner.invoke(app, ["plan", "--family", "llama", "--modules", "rope=off,swiglu=on", "--json"])
+    assert result.exit_code == 0, result.output
+    modules = json.loads(result.stdout)["report"]["modules"]
+    assert modules == {"rope": False, "cross_entropy": False, "fused_linear_cross_entropy": False,
+                       "rms_norm": False, "swiglu": True}
 
 
 def test_module_and_exclude_parsing():

@@ -46,7 +46,7 @@ def test_class_attribute_patch_is_measured_and_reverted(kit):
 
     had_own = "forward" in vars(enc.EncoderLayer)
     original = enc.EncoderLayer.forward
-    report = kit.apply(custom_patches={"fwd": LigerPatch(ENC, "EncoderLayer.forward", forward)})
+    report = kit.apply(custom_patches={"fwd": LigerPatch(ENC, "EncoderLayer.forward", forward)}, probe=False)
     assert [(s.module, s.attr) for s in report.patched] == [(ENC, "EncoderLayer.forward")]
     kit.revert()
     assert enc.EncoderLayer.forward is original and ("forward" in vars(enc.EncoderLayer)) == had_own
@@ -102,7 +102,7 @@ def test_function_patch_with_the_probe_turned_off_is_reported_unprobed(kit):
     assert enc.encoder_activation is liger_rotary_pos_emb
     assert report.patched[0].replacement == "liger_kernel.transformers.rope.liger_rotary_pos_emb"
     assert report.unprobed == (f"rope: {ENC}.encoder_activation -> liger_kernel.transformers.rope.liger_rotary_pos_emb"
-                               " (probe turned off by the caller)",)
+                               " (probe and in-place check turned off by the caller)",)
 
 
 @pytest.mark.parametrize("bad_replacement", [object()])

@@ -146,3 +146,28 @@ class InvalidOptionError(LigerKitError):
 
 class ProbeMismatchError(LigerKitError):
     """A custom patch's replacement does not compute what the source symbol computes."""
+
+
+class InPlaceBackwardError(LigerKitError):
+    """A replacement writes in place into a tensor another consumer in the model shares.
+
+    Liger's default RMSNorm writes the input's gradient into the incoming gradient; where the norm's
+    output is added straight to the residual, that gradient is the residual's too. The message
+    names the out-of-place replacement with the same math, or says to leave the module off.
+    """
+
+
+class UnreachableSwapError(LigerKitError):
+    """A swap cannot reach every use of the original (a table or alias filled at import holds it)."""
+
+
+class UncataloguedReplacementError(LigerKitError):
+    """A custom patch's replacement is not in ligerkit's catalog, so its math cannot be probed."""
+
+
+class ForeignPatchError(LigerKitError):
+    """Something outside the kit changed what the kit verified (found at the model's first forward)."""
+
+
+class RevertedKitError(LigerKitError):
+    """A model built under a kit is used after that kit was reverted (a mix of Liger and originals)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ligerkit.kit.core import LOSS_MODULES, LigerKernelKit
-from ligerkit.kit.metabuild import PLAN_LAYERS, build_meta_model, default_config, load_local_config
+from ligerkit.hf import PLAN_LAYERS, build_meta_model, default_config, load_local_config
 from ligerkit.kit.official import Modules
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ligerkit.kit.config import text_config
+from ligerkit.hf import text_config
 
 # bf16 dense peak per device, TFLOP/s (vendor figures), by a substring of the device name.
 PEAK_TFLOPS = {"H200": 989.5, "H100": 989.5, "A100": 312.0, "L40S": 362.0}

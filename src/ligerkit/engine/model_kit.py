@@ -11,7 +11,7 @@ import torch
 
 from ligerkit.engine.config import ModelConfig
 from ligerkit.errors import ModelBuildError
-from ligerkit.kit.metabuild import model_class_for
+from ligerkit.hf import model_class_for
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -4,8 +4,14 @@
     report = kit.apply(model_name_or_path=path, modules="auto")          # official route
     report = kit.apply(model_family="myvlm", custom_patches={...})        # custom route
     model = build_model(...)
-    kit.verify(model)                                                     # post-build scan
-    kit.revert()                                                          # exact undo
+    kit.verify(model)                                                     # post-build scan + guard
+    ...train...
+    kit.revert()                                                          # exact undo, when done
+
+The kit must stay applied for as long as the model it built is used: a model keeps the Liger
+module classes it was built with, while functions (rotary) and class methods go back to the
+originals on revert. ``verify`` leaves a guard that refuses such a mix, and anything that changed
+the kit's swaps or turned Liger's loss kernel on behind its back, at the model's first forward.
 
 Several ``apply`` calls on one kit (official for a known LLM, then a custom map for a novel
 encoder) form the composite route: one ledger, one aggregated ``kit.report``.
@@ -14,19 +20,25 @@ encoder) form the composite route: one ledger, one aggregated ``kit.report``.
 from __future__ import annotations
 
 import os
+import sys
+import weakref
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from torch import nn
+
 from ligerkit.environment import environment_gaps
-from ligerkit.errors import FamilyResolutionError, InvalidPatchError
-from ligerkit.kit.config import family_of, load_config
+from ligerkit.errors import FamilyResolutionError, InvalidOptionError, InvalidPatchError
+from ligerkit.hf import family_of, load_config
 from ligerkit.kit.custom import CustomPatches, apply_custom
 from ligerkit.kit.families import get_family
-from ligerkit.kit.ledger import Ledger
+from ligerkit.kit.guard import FirstForwardGuard, reverted_error
+from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.official import Modules, apply_official
 from ligerkit.kit.report import Application, LigerKernelReport
 from ligerkit.kit.scan import ScanResult, scan_model
+from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_all, owners_of
 
 LOSS_MODULES: tuple[str, ...] = ("cross_entropy", "fused_linear_cross_entropy")
 
@@ -37,6 +49,8 @@ class LigerKernelKit:
     def __init__(self) -> None:
         self._ledger = Ledger()
         self._applications: list[Application] = []
+        self._reverted: list[Entry] = []  # swaps reverted so far (a model built under them is stale)
+        self._guards: weakref.WeakKeyDictionary[nn.Module, FirstForwardGuard] = weakref.WeakKeyDictionary()
 
     def apply(
         self,
@@ -77,7 +91,16 @@ class LigerKernelKit:
         Raises:
             LigerKitError: a subclass per problem, with what to do in its message.
         """
-        excluded = tuple(excluded_modules)
+        excluded = _names("excluded_modules", excluded_modules)
+        if model_family is not None and (not isinstance(model_family, str) or not model_family.strip()):
+            raise InvalidOptionError(
+                f"model_family must be a non-empty string (a Liger family such as 'qwen3', or a label on the "
+                f"custom route), got {model_family!r}."
+            )
+        if model_name_or_path is not None and not isinstance(model_name_or_path, (str, os.PathLike)):
+            raise InvalidOptionError(
+                f"model_name_or_path must be a local path (str or os.PathLike), got {model_name_or_path!r}."
+            )
         if custom_patches is not None:
             if modules != "auto":
                 raise InvalidPatchError(
@@ -125,28 +148,97 @@ class LigerKernelKit:
         return bool(self._ledger.entries)
 
     def revert(self) -> None:
-        """Restore every original object by identity, newest first."""
+        """Restore every original object by identity, newest first (any order across kits).
+
+        Call it when the models built under the kit are no longer used: a model keeps the classes it
+        was built with, so using it after a revert mixes Liger and original code (its guard refuses).
+        """
         try:
-            self._ledger.revert()
+            self._reverted += self._ledger.revert()
         finally:
             self._applications.clear()
 
     @contextmanager
     def applied(self, *args: Any, **kwargs: Any) -> Iterator[LigerKernelReport]:
-        """``with kit.applied(...) as report:`` patches for the block, reverts on exit."""
+        """``with kit.applied(...) as report:`` patches for the block, reverts on exit.
+
+        Build *and* use the model inside the block: leaving it reverts the swaps.
+        """
         keep = len(self._ledger.entries)
         apps = len(self._applications)
         try:
             yield self.apply(*args, **kwargs)
         finally:
-            self._ledger.revert(keep)
-            del self._applications[apps:]
+            try:
+                self._reverted += self._ledger.revert(keep)
+            finally:
+                del self._applications[apps:]
 
     def verify(self, model: Any, strict: bool = True) -> ScanResult:
-        """Scan a built model: every class swap must be the class of the matching submodules.
+        """Scan a built model and guard it until its first forward.
 
-        Raises :class:`~ligerkit.errors.LateApplyError` (when ``strict``) naming the module paths
-        still of an original class. Returns counts per replacement, unused swaps and stale
-        bindings.
+        Every class swap must be the class of the matching submodules: raises
+        :class:`~ligerkit.errors.LateApplyError` (when ``strict``) naming the module paths still of
+        an original class, and :class:`~ligerkit.errors.RevertedKitError` for a model built under
+        swaps this kit has since reverted. Returns counts per replacement, unused swaps and stale
+        bindings. The guard left on the model raises
+        :class:`~ligerkit.errors.ForeignPatchError` at the first forward if something outside the
+        kit changed its swaps or bound Liger's loss forward to the model in between.
         """
-        return scan_model(model, self._ledger.entries, strict)
+        if not isinstance(model, nn.Module):
+            raise InvalidOptionError(
+                f"verify() takes the built model (a torch.nn.Module), got {type(model).__name__}: build the "
+                "model after apply(), then pass it to verify()."
+            )
+        stale = self._stale_swaps(model)
+        if stale:
+            raise reverted_error(stale)
+        scan = scan_model(model, self._ledger.entries, strict)
+        old = self._guards.pop(model, None)
+        if old is not None:
+            old.remove()
+        guard = FirstForwardGuard(self._ledger, self._ledger.entries, Snapshot(self._watched_owners()), model, scan)
+        guard.install(model)
+        self._guards[model] = guard
+        return scan
+
+    def _stale_swaps(self, model: nn.Module) -> list[Entry]:
+        """Reverted swaps whose replacement class the model still holds (and no live swap explains)."""
+        guard = self._guards.get(model)
+        if guard is not None and guard.reverted():
+            return guard.reverted()
+        live = {id(e.replacement) for e in self._ledger.entries}
+        gone = {id(e.replacement): e for e in self._reverted if id(e.replacement) not in live}
+        if not gone:
+            return []
+        held = {id(type(m)) for m in model.modules()}
+        return [e for key, e in gone.items() if key in held]
+
+    def _watched_owners(self) -> list[object]:
+        """The namespaces the kit's swaps live in (and the families' modules), for the guard's snapshot."""
+        names = set(PROCESS_WIDE_MODULES)
+        for app in self._applications:
+            if app.helper is not None and app.family is not None:
+                names.update(get_family(app.family).modeling_modules)
+        for entry in self._ledger.entries:
+            owner = entry.owner
+            names.add(owner.module if isinstance(owner, Table) else getattr(owner, "__module__", None)
+                      or getattr(owner, "__name__", ""))
+        return owners_of(m for m in import_all(sorted(n for n in names if n in sys.modules)))
+
+
+def _names(what: str, value: object) -> tuple[str, ...]:
+    """A sequence of module names (not a bare string, no empty or repeated names)."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise InvalidOptionError(
+            f"{what} must be a list of module names, e.g. ['cross_entropy', 'fused_linear_cross_entropy'], "
+            f"got {value!r}."
+        )
+    names = tuple(value)
+    bad = [n for n in names if not isinstance(n, str) or not n.strip()]
+    if bad:
+        raise InvalidOptionError(f"{what} holds {bad!r}; every entry must be a module name.")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InvalidOptionError(f"{what} names {', '.join(repeated)} more than once.")
+    return names

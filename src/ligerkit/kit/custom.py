@@ -1,8 +1,10 @@
 """The custom route: swap symbols of a model's own modeling module from a ``custom_patches`` map.
 
 Every patch is resolved and checked before anything is swapped (the module imports, the symbol
-exists, the replacement is of the same kind), so a bad map leaves the process untouched. The swap
-itself is then measured like the official route: snapshot, set, diff.
+exists, the replacement is of the same kind and in the catalog, its math matches the source's, its
+in-place writes are safe in the model the module builds), so a bad map leaves the process untouched.
+The swap itself is then measured like the official route: snapshot, set, diff; and whatever is
+raised in the middle of it (``KeyboardInterrupt`` included), every binding is put back.
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from ligerkit.errors import (
     NoEffectError,
     PatchImportError,
     ProbeMismatchError,
+    UncataloguedReplacementError,
 )
-from ligerkit.kit.ledger import Ledger
+from ligerkit.kit.checks import aliasing_of, in_place_advice, in_place_error
+from ligerkit.kit.ledger import Entry, Ledger, layers
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
-from ligerkit.kit.snapshot import Snapshot, owners_of, qualified_name
+from ligerkit.kit.snapshot import Snapshot, owners_of, qualified_name, scope_of
+from ligerkit.verify import runnable
+from ligerkit.verify.catalog import CATALOG, lookup
+from ligerkit.verify.probe import MISMATCH, UNPROBED, best_alternative, probe
 
 
 @dataclass(frozen=True)
@@ -143,32 +150,40 @@ def _missing(name: str, patch: LigerPatch, owner: object, attr: str) -> MissingS
     )
 
 
+def _skipped(item: _Resolved, enabled: bool, skip: Collection[str]) -> bool:
+    where = f"{item.patch.module}.{item.patch.attr}"
+    return not enabled or item.name in skip or item.patch.attr in skip or where in skip
+
+
 def _probe_all(todo: list[_Resolved], config: Any, enabled: bool, skip: Collection[str]) -> tuple[list[str], list[str]]:
-    """Probe every patch against the catalog before anything is swapped.
+    """Probe every patch against the catalog before anything is swapped, then check its in-place writes.
 
-    Returns ``(probed, unprobed)`` lines for the report; raises :class:`ProbeMismatchError` on a
-    replacement whose math differs from the source's.
+    Returns ``(probed, unprobed)`` lines for the report. Raises :class:`UncataloguedReplacementError`
+    for a replacement the catalog does not know (unless the caller turned its probe off),
+    :class:`ProbeMismatchError` for one whose math differs from the source's, and
+    :class:`InPlaceBackwardError` for one that writes in place where the model shares that tensor.
     """
-    from ligerkit.verify.catalog import lookup
-    from ligerkit.verify.probe import MISMATCH, UNPROBED, probe
-    from ligerkit.verify.suggest import best_alternative
-
     probed, unprobed = [], []
     for item in todo:
         where = f"{item.patch.module}.{item.patch.attr}"
         label = f"{item.name}: {where} -> {qualified_name(item.patch.replacement)}"
         entry = lookup(item.patch.replacement)
-        if not enabled or item.name in skip or item.patch.attr in skip or where in skip:
-            unprobed.append(f"{label} (probe turned off by the caller)")
+        if _skipped(item, enabled, skip):
+            unprobed.append(f"{label} (probe and in-place check turned off by the caller)")
             continue
         if entry is None:
-            unprobed.append(f"{label} (replacement not in ligerkit's catalog)")
-            continue
-        result = probe(item.original, entry, config, item.module)
+            raise UncataloguedReplacementError(
+                f"custom_patches[{item.name!r}]: {qualified_name(item.patch.replacement)} is not in ligerkit's "
+                f"catalog, so nothing can check that it computes what {where} computes. Use a catalog "
+                f"replacement ({', '.join(r.name for r in CATALOG)}), or take responsibility explicitly with "
+                f"skip_probe=[{item.name!r}] (or probe=False); the report then lists it as unprobed."
+            )
+        module_config = config if config is not None else runnable.module_config(item.module, None)
+        result = probe(item.original, entry, module_config, item.module)
         if result.verdict == UNPROBED:
             unprobed.append(f"{label} ({result.reasons[0]})")
         elif result.verdict == MISMATCH:
-            alternative = best_alternative(item.original, entry.kind, config, item.module, entry.name)
+            alternative = best_alternative(item.original, entry.kind, module_config, item.module, entry.name)
             advice = (f"Use {alternative} instead: it matches." if alternative
                       else "No Liger replacement in the catalog matches it: leave it off.")
             raise ProbeMismatchError(
@@ -178,7 +193,18 @@ def _probe_all(todo: list[_Resolved], config: Any, enabled: bool, skip: Collecti
             )
         else:
             probed.append(f"{label}: match")
+        aliasing = aliasing_of(item.original, item.patch.replacement, module_config)
+        if aliasing is not None and aliasing.hazard:
+            raise in_place_error(f"custom_patches[{item.name!r}]: {where}", item.patch.replacement, aliasing)
+        if aliasing is not None and not aliasing.checked:
+            unprobed.append(f"{label} (in-place write {aliasing.reason}; {in_place_advice(item.patch.replacement)})")
     return probed, unprobed
+
+
+def _undo_swaps(snap: Snapshot, ledger: Ledger, keep: int) -> None:
+    """Put back every binding the swap loop changed (recorded or not) and drop its ledger entries."""
+    snap.undo()
+    ledger.revert(keep)
 
 
 def apply_custom(
@@ -190,8 +216,8 @@ def apply_custom(
     probe: bool = True,
     skip_probe: Collection[str] = (),
 ) -> Application:
-    """Check every patch (import, symbol, kind, conflicts, then the math probe), then swap them all,
-    measured, recording each in ``ledger``."""
+    """Check every patch (import, symbol, kind, conflicts, the math probe, in-place writes), then swap
+    them all, measured, recording each in ``ledger``. Nothing stays changed if anything is raised."""
     pairs = normalize(custom_patches)
     both = {name for name, _ in pairs if name in excluded}
     if both:
@@ -200,6 +226,7 @@ def apply_custom(
 
     todo: list[_Resolved] = []
     noop: list[str] = []
+    joined: list[tuple[_Resolved, Entry]] = []
     targets: dict[tuple[int, str], _Resolved] = {}
     for item in resolved:
         key = (id(item.owner), item.attr)
@@ -210,12 +237,18 @@ def apply_custom(
         if entry is not None and entry.replacement is not item.patch.replacement:
             _raise_conflict(item, entry.replacement)
         if item.original is item.patch.replacement or earlier is not None:
-            noop.append(item.name)  # the same replacement again: nothing to do
+            other = next((e for e in reversed(layers(item.owner, item.attr)) if e not in ledger.entries
+                          and e.replacement is item.patch.replacement), None)
+            if other is not None and entry is None and earlier is None:
+                joined.append((item, other))  # another kit made this very swap: hold it too
+            else:
+                noop.append(item.name)  # the same replacement again: nothing to do
             continue
         targets[key] = item
         todo.append(item)
 
     probed, unprobed = _probe_all(todo, config, probe, skip_probe)
+    home = {i.patch.module for i in resolved}
     owners = owners_of({id(i.module): i.module for i in todo}.values())
     owners += [i.owner for i in todo]
     snap = Snapshot(owners)
@@ -227,17 +260,23 @@ def apply_custom(
         by_target = {(id(i.owner), i.attr): i.name for i in todo}
         order = {key: i for i, key in enumerate(by_target)}
         changes = sorted(snap.changes(), key=lambda c: order.get((id(c.owner), c.attr), len(order)))
+        ledger.check_no_conflict(changes)
         for change in changes:
             name = by_target.get((id(change.owner), change.attr), "(side effect)")
-            patched.append(ledger.record(change, name, "family"))
+            patched.append(ledger.record(change, name, scope_of(change.owner, home)))
         landed = {(id(c.owner), c.attr) for c in changes}
         silent = [i.name for i in todo if (id(i.owner), i.attr) not in landed]
         if silent:
             raise NoEffectError(label or "custom", silent, route="custom")
+        patched += [ledger.join(other, item.name) for item, other in joined]
     except BaseException:
-        ledger.revert(keep)
+        _undo_swaps(snap, ledger, keep)
         raise
     names = list(dict.fromkeys(name for name, _ in pairs))
+    notes = []
+    if any(s.scope == "process" for s in patched):
+        notes.append("a patch reaches a process-wide binding: every later user of it (any model) gets the "
+                     "replacement until revert()")
     return Application(
         route=ROUTE_CUSTOM,
         family=label,
@@ -247,6 +286,7 @@ def apply_custom(
         excluded=tuple(excluded),
         noop=tuple(dict.fromkeys(n for n in noop if n not in {i.name for i in todo})),
         patched=tuple(patched),
+        notes=tuple(notes),
         probed=tuple(probed),
         unprobed=tuple(unprobed),
     )

@@ -1,23 +1,60 @@
-"""The kit's record of every binding it changed, with the original object, for exact revert."""
+"""The kit's record of every binding it changed, with the original object, for exact revert.
+
+Several kits may patch one binding (two recipes in one process, a test beside a recipe). Every
+change is therefore also a *layer* on a process-wide stack per binding: reverting a kit removes
+its layers wherever they sit. A layer on top puts its original back; a layer under another one
+hands its original to the layer above, so the binding itself stays as the newer kit left it. Any
+order of reverts ends with the true original bound.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ligerkit.errors import ConflictingPatchError, RevertError
 from ligerkit.kit.report import Swap
 from ligerkit.kit.snapshot import Change, current, owner_label, qualified_name, restore
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Entry:
-    """One change the kit made: where, what was there, what it put there."""
+    """One change the kit made: where, what was there, what it put there.
+
+    ``original`` is what a revert puts back; it moves down when an older kit's layer under this one
+    is reverted first. ``source`` is what the swap replaced as the model sees it (the scan looks for
+    leftovers of it); it differs from ``original`` only for a swap shared with another kit.
+    """
 
     owner: object
-    attr: str
+    attr: object
     original: object
     replacement: object
-    swap: Swap
+    swap: Swap = field(compare=False)
+    source: object = None
+    helper: str | None = None  # the Liger helper that made it (official route), else None
+
+    def __post_init__(self) -> None:
+        if self.source is None:
+            self.source = self.original
+
+    @property
+    def key(self) -> tuple[int, object]:
+        """The binding this entry changed."""
+        return id(self.owner), self.attr
+
+
+# Every live entry of every kit, per binding, oldest at the bottom.
+_LAYERS: dict[tuple[int, object], list[Entry]] = {}
+
+
+def layers(owner: object, attr: object) -> list[Entry]:
+    """The live entries of every kit on ``owner.attr``, oldest first (a copy)."""
+    return list(_LAYERS.get((id(owner), attr), ()))
+
+
+def live_layers() -> list[Entry]:
+    """Every live entry of every kit in the process."""
+    return [e for stack in _LAYERS.values() for e in stack]
 
 
 class Ledger:
@@ -26,7 +63,7 @@ class Ledger:
     def __init__(self) -> None:
         self.entries: list[Entry] = []
 
-    def active(self, owner: object, attr: str) -> Entry | None:
+    def active(self, owner: object, attr: object) -> Entry | None:
         """The newest entry for ``owner.attr``, if the kit patched it."""
         for entry in reversed(self.entries):
             if entry.owner is owner and entry.attr == attr:
@@ -46,8 +83,8 @@ class Ledger:
                     "drop one of the two entries, or revert() first."
                 )
 
-    def record(self, change: Change, name: str, scope: str) -> Swap:
-        """Add a measured change and return its :class:`Swap` record."""
+    def record(self, change: Change, name: str, scope: str, helper: str | None = None) -> Swap:
+        """Add a measured change (made by ``helper``, if a Liger helper) and return its :class:`Swap`."""
         module, attr = owner_label(change.owner, change.attr)
         swap = Swap(
             module=module,
@@ -57,29 +94,70 @@ class Ledger:
             name=name,
             scope=scope,
         )
-        self.entries.append(Entry(change.owner, change.attr, change.before, change.after, swap))
+        entry = Entry(change.owner, change.attr, change.before, change.after, swap, helper=helper)
+        self.entries.append(entry)
+        _LAYERS.setdefault(entry.key, []).append(entry)
+        return swap
+
+    def join(self, other: Entry, name: str) -> Swap:
+        """Hold a swap another kit already made (the binding holds the replacement this kit wants).
+
+        This kit's layer sits on top with the replacement as its own original, so whichever kit
+        reverts last puts the true original back.
+        """
+        swap = replace(other.swap, name=name, shared=True)
+        entry = Entry(other.owner, other.attr, other.replacement, other.replacement, swap, other.source, other.helper)
+        self.entries.append(entry)
+        _LAYERS.setdefault(entry.key, []).append(entry)
         return swap
 
     def originals(self) -> list[object]:
         """Every original object the kit replaced (those still swapped out)."""
-        return [e.original for e in self.entries]
+        return [e.source for e in self.entries]
 
-    def revert(self, keep: int = 0) -> None:
-        """Restore originals by identity, newest first, down to the first ``keep`` entries.
+    def revert(self, keep: int = 0) -> list[Entry]:
+        """Remove this kit's layers, newest first, down to the first ``keep`` entries.
 
-        Raises :class:`RevertError` (after restoring everything it could) when some binding no
-        longer holds the kit's replacement, i.e. other code patched it afterwards.
+        Returns the entries reverted. Raises :class:`RevertError` (after reverting everything it
+        could) when a binding holds neither this kit's replacement nor its original, i.e. code
+        outside any kit patched it afterwards; those entries stay, so a later ``revert`` finishes
+        the job once that other patch is undone.
         """
-        conflicts = []
+        conflicts: list[str] = []
+        kept: list[Entry] = []
+        done: list[Entry] = []
         while len(self.entries) > keep:
             entry = self.entries.pop()
-            now = current(entry.owner, entry.attr)
-            if now is not entry.replacement:
+            if _remove_layer(entry):
+                done.append(entry)
+            else:
+                kept.append(entry)
+                now = current(entry.owner, entry.attr)
                 conflicts.append(f"{entry.swap.module}.{entry.swap.attr} (now {qualified_name(now)})")
-                continue
-            restore(entry.owner, entry.attr, entry.original)
+        self.entries.extend(reversed(kept))
         if conflicts:
             raise RevertError(
                 "These bindings were changed by other code after the kit patched them and were left "
-                f"as they are: {', '.join(conflicts)}. Revert that other patch first, then the kit."
+                f"as they are: {', '.join(conflicts)}. Undo that other patch, then call revert() again."
             )
+        return done
+
+
+def _remove_layer(entry: Entry) -> bool:
+    """Take ``entry``'s layer off its binding; ``False`` when foreign code holds the binding."""
+    stack = _LAYERS.get(entry.key, [])
+    index = next((i for i, e in enumerate(stack) if e is entry), None)
+    if index is None:
+        return True
+    if index < len(stack) - 1:  # a newer kit's layer sits on top: hand it our original
+        stack[index + 1].original = entry.original
+    else:
+        now = current(entry.owner, entry.attr)
+        if now is entry.replacement:
+            restore(entry.owner, entry.attr, entry.original)
+        elif now is not entry.original:  # neither ours nor the original: someone else's patch
+            return False
+    del stack[index]
+    if not stack:
+        del _LAYERS[entry.key]
+    return True

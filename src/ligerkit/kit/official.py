@@ -4,6 +4,11 @@ The helper is called once with every module off (anything it swaps then is uncon
 once per enabled module with only that module on. Pre-build, Liger's helpers treat each flag in
 its own ``if`` block, so this does exactly what one call with all the flags would, while the
 snapshots around each call tell which module swapped what, and which enabled module did nothing.
+
+Each module's swaps are then checked against the model they are for (``checks.py``): a swap that
+a table filled at import cannot see, or an in-place kernel where another consumer shares what it
+writes, is left off when ``modules="auto"`` (the report says why) and refused when asked for
+explicitly. Whatever is raised on the way, every binding is put back as it was.
 """
 
 from __future__ import annotations
@@ -22,10 +27,21 @@ from ligerkit.errors import (
     UnknownModuleError,
     UnsupportedModuleError,
 )
+from ligerkit.kit.checks import swap_problem
 from ligerkit.kit.families import Family, known_module_names
-from ligerkit.kit.ledger import Ledger
+from ligerkit.kit.ledger import Ledger, live_layers
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
-from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, import_all, owners_of, restore
+from ligerkit.kit.snapshot import (
+    PROCESS_WIDE_MODULES,
+    Snapshot,
+    Table,
+    current,
+    holders,
+    import_all,
+    owners_of,
+    restore,
+    scope_of,
+)
 
 UNCONDITIONAL = "(unconditional)"
 
@@ -39,24 +55,36 @@ def check_module_names(names: Sequence[str]) -> None:
         raise UnknownModuleError(unknown, known_module_names())
 
 
+def _explicit(modules: object) -> dict[str, bool]:
+    """The explicit choices of a ``modules`` value (``{}`` for ``"auto"``), checked."""
+    if modules == "auto":
+        return {}
+    if not isinstance(modules, Mapping) or not all(isinstance(v, bool) for v in modules.values()):
+        raise InvalidOptionError(
+            f"modules must be 'auto' or a mapping {{module: true/false}}, got {modules!r}."
+        )
+    if not modules:
+        raise InvalidOptionError(
+            "modules is an empty mapping, which would select nothing; pass 'auto' for Liger's per-family "
+            "defaults, or name the modules, e.g. {'rope': True, 'rms_norm': True}."
+        )
+    if not all(isinstance(k, str) and k for k in modules):
+        raise InvalidOptionError(f"modules keys must be module names, got {list(modules)!r}.")
+    return dict(modules)
+
+
 def resolve_modules(
     family: Family, modules: Modules, excluded: Sequence[str], strict: bool
 ) -> tuple[dict[str, bool], dict[str, bool], list[str]]:
     """Validate a module selection against a family.
 
-    Returns ``(effective, explicit, dropped)``: the on/off of every module the helper accepts
-    (Liger's defaults, then exclusions, then explicit choices), the explicit choices, and the
-    explicitly enabled modules dropped because the helper does not accept them (only when
-    ``strict`` is false; strict raises instead).
+    Returns ``(effective, explicit, dropped)``: the on/off of every module the helper accepts, the
+    explicit choices, and the explicitly enabled modules dropped because the helper does not accept
+    them (only when ``strict`` is false; strict raises instead). With ``"auto"``, ``effective`` is
+    Liger's defaults with the exclusions forced off; with an explicit mapping it is exactly the
+    mapping (a module it does not name is off: Liger's defaults never slip in).
     """
-    if modules == "auto":
-        explicit: dict[str, bool] = {}
-    elif isinstance(modules, Mapping) and all(isinstance(v, bool) for v in modules.values()):
-        explicit = dict(modules)
-    else:
-        raise InvalidOptionError(
-            f"modules must be 'auto' or a mapping {{module: true/false}}, got {modules!r}."
-        )
+    explicit = _explicit(modules)
     check_module_names([*explicit, *excluded])
     dropped: list[str] = []
     unsupported = set(explicit) - family.accepted
@@ -68,14 +96,78 @@ def resolve_modules(
     both = {name for name, on in explicit.items() if on and name in excluded}
     if both:
         raise ModuleConflictError(both)
-    effective = dict(family.defaults)
-    for name in excluded:
-        if name in effective:
-            effective[name] = False
-    effective.update(explicit)
+    if modules == "auto":
+        effective = dict(family.defaults)
+        for name in excluded:
+            if name in effective:
+                effective[name] = False
+    else:
+        effective = {name: explicit.get(name, False) for name in family.defaults}
     if effective.get("cross_entropy") and effective.get("fused_linear_cross_entropy"):
         raise LossKernelConflictError()
     return effective, explicit, dropped
+
+
+class _Route:
+    """One official application in progress: owners watched, swaps recorded, modules left off."""
+
+    def __init__(self, family: Family, ledger: Ledger):
+        self.family = family
+        self.ledger = ledger
+        self.home = family.modeling_modules
+        self.owners = owners_of(import_all(self.home)) + owners_of(import_all(PROCESS_WIDE_MODULES))
+        tables = [o for o in self.owners if isinstance(o, Table)]
+        self.held_by = holders(t.mapping for t in tables)
+        self.home_tables = [t for t in tables if scope_of(t, self.home, self.held_by) == "family"]
+        self.patched: list[Swap] = []
+        self.left_off: dict[str, str] = {}
+
+    def run(self, name: str, flags: dict[str, bool], explicit: bool) -> int:
+        """Call the helper with ``flags``, record its swaps under ``name``; return how many.
+
+        A module whose swaps fail a check is undone: left off (``auto``) or refused (explicit).
+        """
+        snap = Snapshot(self.owners)
+        try:
+            self.family.helper(**flags)
+            changes = snap.changes()
+            self.ledger.check_no_conflict(changes)
+            if name != UNCONDITIONAL and changes:
+                snap.undo()  # the checks build the model as it was before this module's swaps
+                problem = swap_problem(changes, self.home_tables, self.home)
+                if problem is not None:
+                    if explicit:
+                        raise problem
+                    self.left_off[name] = str(problem)
+                    return 0
+                for change in changes:
+                    restore(change.owner, change.attr, change.after)
+        except BaseException as exc:  # KeyboardInterrupt included: nothing of this call may stay
+            snap.undo()
+            if isinstance(exc, Exception) and not isinstance(exc, LigerKitError):
+                raise HelperFailedError(
+                    f"Liger's helper {self.family.helper_name}({name}) failed: {type(exc).__name__}: {exc}. "
+                    f"This is usually a liger-kernel / transformers version mismatch ({environment_summary()}); "
+                    "install the tested versions or turn that module off."
+                ) from exc
+            raise
+        for change in changes:
+            scope = scope_of(change.owner, self.home, self.held_by)
+            self.patched.append(self.ledger.record(change, name, scope, helper=self.family.helper_name))
+        return len(changes)
+
+    def join(self, name: str) -> int:
+        """Hold the swaps another kit already made for ``name`` with this helper; return how many."""
+        watched = {id(o) for o in self.owners}
+        mine = {id(e) for e in self.ledger.entries}
+        joined = 0
+        for entry in live_layers():
+            if (id(entry) not in mine and id(entry.owner) in watched and entry.swap.name == name
+                    and entry.helper == self.family.helper_name
+                    and current(entry.owner, entry.attr) is entry.replacement):
+                self.patched.append(self.ledger.join(entry, name))
+                joined += 1
+        return joined
 
 
 def apply_official(
@@ -92,55 +184,45 @@ def apply_official(
     helper: they are not called again (Liger would find nothing left to swap).
     """
     effective, explicit, dropped = resolve_modules(family, modules, excluded, strict)
-    family_modules = import_all(family.modeling_modules)
-    owners = owners_of(family_modules)
-    process_modules = import_all(PROCESS_WIDE_MODULES)
-    process_ids = {id(m) for m in process_modules}
-    owners += process_modules
-
     keep = len(ledger.entries)
-    patched: list[Swap] = []
     noop: list[str] = []
-
-    def run(name: str, flags: dict[str, bool]) -> int:
-        snap = Snapshot(owners)
-        try:
-            family.helper(**flags)
-            changes = snap.changes()
-            ledger.check_no_conflict(changes)
-        except Exception as exc:
-            for change in reversed(snap.changes()):  # undo whatever this call did, recorded or not
-                restore(change.owner, change.attr, change.before)
-            if isinstance(exc, LigerKitError):
-                raise
-            raise HelperFailedError(
-                f"Liger's helper {family.helper_name}({name}) failed: {type(exc).__name__}: {exc}. "
-                f"This is usually a liger-kernel / transformers version mismatch ({environment_summary()}); "
-                "install the tested versions or turn that module off."
-            ) from exc
-        for change in changes:
-            scope = "process" if id(change.owner) in process_ids else "family"
-            patched.append(ledger.record(change, name, scope))
-        return len(changes)
-
     try:
+        route = _Route(family, ledger)
         off = dict.fromkeys(effective, False)
-        run(UNCONDITIONAL, off)
+        route.run(UNCONDITIONAL, off, explicit=False)
         for name, on in effective.items():
             if not on:
                 continue
             if name in already_on:
                 noop.append(name)
                 continue
-            if run(name, {**off, name: True}) == 0:
-                noop.append(name)
+            if route.run(name, {**off, name: True}, explicit=name in explicit) == 0 and name not in route.left_off:
+                if route.join(name) == 0:
+                    noop.append(name)
         silent = [n for n in noop if explicit.get(n) and n not in already_on]
         if silent and strict:
             raise NoEffectError(family.name, silent)
     except BaseException:
         ledger.revert(keep)
         raise
+    for name in route.left_off:
+        effective[name] = False
+    return Application(
+        route=ROUTE_OFFICIAL,
+        family=family.name,
+        helper=family.helper_name,
+        modules=effective,
+        requested=modules if isinstance(modules, str) else dict(explicit),
+        excluded=tuple(n for n in excluded if n in family.accepted),
+        noop=tuple(noop + dropped),
+        patched=tuple(route.patched),
+        notes=tuple(_notes(dropped, already_on, effective, route.patched)),
+        left_off=dict(route.left_off),
+    )
 
+
+def _notes(dropped: list[str], already_on: frozenset[str], effective: dict[str, bool],
+           patched: list[Swap]) -> list[str]:
     notes = []
     if dropped:
         notes.append(f"strict=False: dropped {', '.join(dropped)} (not accepted by the helper)")
@@ -152,14 +234,7 @@ def apply_official(
             "process-wide bindings were swapped: every later user of them (any model) gets the "
             "Liger replacement until revert()"
         )
-    return Application(
-        route=ROUTE_OFFICIAL,
-        family=family.name,
-        helper=family.helper_name,
-        modules=effective,
-        requested=modules if isinstance(modules, str) else dict(explicit),
-        excluded=tuple(n for n in excluded if n in family.accepted),
-        noop=tuple(noop + dropped),
-        patched=tuple(patched),
-        notes=tuple(notes),
-    )
+    if any(s.shared for s in patched):
+        notes.append("some swaps were already made by another kit: both kits hold them, either may revert first")
+    return notes
+

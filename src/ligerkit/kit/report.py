@@ -28,7 +28,10 @@ class Swap:
         replacement: qualified name of the object bound now.
         name: semantic module that caused it (``rms_norm``, a custom_patches key, ...).
         scope: ``family`` for the family's own modules, ``process`` for process-wide bindings
-            (every later user of that binding gets the replacement too).
+            (every later user of that binding gets the replacement too); measured from who holds
+            the binding, not assumed from the route.
+        shared: another kit had already made this very swap; this kit holds it too, so either
+            kit may revert first.
     """
 
     module: str
@@ -37,8 +40,9 @@ class Swap:
     replacement: str
     name: str
     scope: str = "family"
+    shared: bool = False
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return dict(self.__dict__)
 
@@ -58,6 +62,7 @@ class Application:
     notes: tuple[str, ...] = ()
     probed: tuple[str, ...] = ()
     unprobed: tuple[str, ...] = ()
+    left_off: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -73,6 +78,7 @@ class Application:
             "notes": list(self.notes),
             "probed": list(self.probed),
             "unprobed": list(self.unprobed),
+            "left_off": dict(self.left_off),
         }
 
 
@@ -136,6 +142,11 @@ class LigerKernelReport:
         return tuple(f"{a.family}:{n}" for a in self.applications for n in a.noop)
 
     @property
+    def left_off(self) -> dict[str, str]:
+        """Modules ``auto`` left off on purpose (qualified by family), with the reason."""
+        return {f"{a.family}:{n}": why for a in self.applications for n, why in a.left_off.items()}
+
+    @property
     def unprobed(self) -> tuple[str, ...]:
         """Custom patches whose math was not checked, with why."""
         return tuple(u for a in self.applications for u in a.unprobed)
@@ -154,6 +165,7 @@ class LigerKernelReport:
             "modules": self.modules,
             "excluded": list(self.excluded),
             "noop_flags": list(self.noop_flags),
+            "left_off": self.left_off,
             "unprobed": list(self.unprobed),
             "patched": [s.to_dict() for s in self.patched],
             "applications": [a.to_dict() for a in self.applications],
@@ -179,7 +191,9 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
         how = f"helper {app.helper}" if app.helper else "custom_patches map"
         console.print(f"  - {app.route} {app.family or '(unnamed)'}: {how}")
         for note in app.notes:
-            console.print(f"    note: {note}")
+            console.print(f"    note: {note}", markup=False, soft_wrap=True)
+        for name, why in app.left_off.items():
+            console.print(f"    left off: {name}: {why}", markup=False, soft_wrap=True)
         for line in app.probed:
             console.print(f"    probe: {line}", markup=False, soft_wrap=True)
         for line in app.unprobed:
@@ -195,6 +209,8 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
             counts[swap.name] = counts.get(swap.name, 0) + 1
         for name, on in app.modules.items():
             mark = "on" if on else ("excluded" if name in app.excluded else "off")
+            if name in app.left_off:
+                mark = "left off"
             if name in app.noop:
                 mark += " (no effect)"
             selection.add_row(app.family or "-", name, mark, str(counts.get(name, 0)))
@@ -204,6 +220,7 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
         where = f"{s.module}.{s.attr}"
         was = "" if s.original == where else f" (was {s.original})"
         scope = "  (process-wide)" if s.scope == "process" else ""
+        scope += "  (shared with another kit)" if s.shared else ""
         console.print(f"  [swap] {s.name}: {where}{was} -> {s.replacement}{scope}", markup=False, soft_wrap=True)
     if report.environment_gaps:
         console.print("Validation gaps:")

@@ -61,12 +61,12 @@ class ScanResult:
 
 
 def _class_swaps(entries: Iterable[Entry]) -> list[Entry]:
-    return [e for e in entries if inspect.isclass(e.original) and inspect.isclass(e.replacement)]
+    return [e for e in entries if inspect.isclass(e.source) and inspect.isclass(e.replacement)]
 
 
 def find_stale(entries: list[Entry]) -> tuple[StaleBinding, ...]:
     """Loaded modules whose globals still hold an original the kit swapped (outside the ledger)."""
-    originals = {id(e.original): e.original for e in entries if e.original is not MISSING}
+    originals = {id(e.source): e.source for e in entries if e.source is not MISSING}
     patched_at = {(id(e.owner), e.attr) for e in entries}
     found = []
     for name, module in list(sys.modules.items()):
@@ -87,7 +87,7 @@ def find_stale(entries: list[Entry]) -> tuple[StaleBinding, ...]:
 def scan_model(model: Any, entries: list[Entry], strict: bool = True) -> ScanResult:
     """Check a built model against the kit's class swaps; raise on leftovers when ``strict``."""
     swaps = _class_swaps(entries)
-    originals = {id(e.original): e for e in swaps}
+    originals = {id(e.source): e for e in swaps}
     replacements = {id(e.replacement): e for e in swaps}
     counts = {qualified_name(e.replacement): 0 for e in swaps}
     leftovers: dict[str, list[str]] = {}
@@ -95,7 +95,7 @@ def scan_model(model: Any, entries: list[Entry], strict: bool = True) -> ScanRes
         cls = type(submodule)
         if id(cls) in replacements and replacements[id(cls)].replacement is cls:
             counts[qualified_name(cls)] += 1
-        elif id(cls) in originals and originals[id(cls)].original is cls:
+        elif id(cls) in originals and originals[id(cls)].source is cls:
             leftovers.setdefault(qualified_name(cls), []).append(path or "<root>")
     if leftovers and strict:
         detail = "; ".join(f"{cls}: {', '.join(paths[:5])}" + (" ..." if len(paths) > 5 else "")

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
-from ligerkit.kit.config import text_config
+from ligerkit.hf import text_config
 
 
 class FusedLossRefusedError(LigerKitError):

@@ -1,7 +1,11 @@
 """The catalog: every Liger replacement the kit may map a source symbol to, in one place.
 
 Each entry says which semantic module it serves, what it computes (a pure-PyTorch reference in
-``reference.py``), and how to import it. The probe, ``suggest``, the kit's custom route and
+``reference.py``), how to import it, and what it writes in place: Liger's default RMSNorm writes
+the input's gradient into the incoming gradient (``dY``), and its rotary writes the rotated q/k into
+the storage it is given and their gradients into ``dq``/``dk``. An in-place entry names its
+out-of-place twin (same math) for layouts where that write would corrupt another consumer's
+gradient (``aliasing.py`` finds them). The probe, ``suggest``, the kit's routes and
 ``docs/guide.md`` (rendered by ``render_table``) all read this list; it is the decision table.
 """
 
@@ -26,6 +30,9 @@ class Replacement:
     computes: str
     source_looks_like: str
     reference: Callable[..., object]
+    in_place: str = ""  # what it writes in place: "", "backward" (dX into dY), "forward+backward" (rope)
+    out_of_place: str | None = None  # the twin with the same math and no in-place write
+    primary: bool = True  # False for a twin: suggest and the probes reach it through its in-place entry
 
     @property
     def obj(self) -> object:
@@ -42,7 +49,12 @@ class Replacement:
 CATALOG: tuple[Replacement, ...] = (
     Replacement("LigerRMSNorm", "liger_kernel.transformers.rms_norm:LigerRMSNorm", "norm", "rms_norm",
                 "x * rsqrt(mean(x^2) + eps) in float32, cast back to the input dtype, then * w; w init ones",
-                "standard RMSNorm (Llama, Qwen, Mistral), weight applied after casting back", R.rms_norm_llama),
+                "standard RMSNorm (Llama, Qwen, Mistral), weight applied after casting back", R.rms_norm_llama,
+                in_place="backward", out_of_place="LigerRMSNormForOlmo2"),
+    Replacement("LigerRMSNormForOlmo2", "liger_kernel.transformers.rms_norm:LigerRMSNormForOlmo2", "norm",
+                "rms_norm", "LigerRMSNorm's math (llama casting, w init ones) with an out-of-place backward",
+                "standard RMSNorm whose output is added straight to the residual (post-norm, sandwich)",
+                R.rms_norm_llama, primary=False),
     Replacement("LigerRMSNormForGemma2", "liger_kernel.transformers.rms_norm:LigerRMSNormForGemma2", "norm",
                 "rms_norm", "float32 throughout: normed * (1 + w), then cast back; w init zeros; out-of-place",
                 "Gemma-style RMSNorm (1 + w) with float32 upcast; safe for back-to-back norms",
@@ -66,11 +78,13 @@ CATALOG: tuple[Replacement, ...] = (
                 R.phi3_swiglu),
     Replacement("liger_rotary_pos_emb", "liger_kernel.transformers.rope:liger_rotary_pos_emb", "rope", "rope",
                 "q*cos + rotate_half(q)*sin with rotate_half = cat(-x2, x1) over the first cos.shape[-1] dims",
-                "standard rotary (full, or partial with the rotated dims first)", R.rotary),
+                "standard rotary (full, or partial with the rotated dims first)", R.rotary,
+                in_place="forward+backward"),
     Replacement("liger_multimodal_rotary_pos_emb",
                 "liger_kernel.transformers.qwen2vl_mrope:liger_multimodal_rotary_pos_emb", "rope", "rope",
                 "Qwen2-VL M-RoPE: per-section temporal/height/width cos/sin, then standard rotary",
-                "multimodal rotary with an mrope_section argument (3-D positions)", R.multimodal_rotary),
+                "multimodal rotary with an mrope_section argument (3-D positions)", R.multimodal_rotary,
+                in_place="forward+backward"),
 )
 
 # Source shapes that no Liger replacement matches: the table says "leave off" for these.
@@ -79,12 +93,28 @@ LEAVE_OFF = (
     ("non-gated MLP, MLP with biases, ReLU^2 or another activation", "leave off"),
     ("dropout inside the module, extra scaling multipliers", "leave off"),
     ("LayerNorm without a bias, or without parameters", "leave off (LigerLayerNorm would add a trainable bias)"),
+    ("a rotary whose q/k storage or gradient another consumer shares",
+     "leave off (Liger's rotary writes in place and has no out-of-place variant)"),
 )
 
 
 def by_kind(kind: str) -> list[Replacement]:
-    """Catalog entries for one kind, in order of preference."""
-    return [r for r in CATALOG if r.kind == kind]
+    """The primary catalog entries for one kind, in order of preference (twins are reached through
+    :func:`twin`)."""
+    return [r for r in CATALOG if r.kind == kind and r.primary]
+
+
+def by_name(name: str) -> Replacement:
+    """The catalog entry called ``name``."""
+    for entry in CATALOG:
+        if entry.name == name:
+            return entry
+    raise KeyError(name)
+
+
+def twin(entry: Replacement) -> Replacement | None:
+    """The out-of-place entry with ``entry``'s math, if it has one."""
+    return by_name(entry.out_of_place) if entry.out_of_place else None
 
 
 @cache
@@ -98,7 +128,17 @@ def lookup(obj: object) -> Replacement | None:
 
 def render_table() -> str:
     """The decision table as markdown (``docs/guide.md`` includes it verbatim)."""
-    lines = ["| source looks like | replacement | what the replacement computes |", "| --- | --- | --- |"]
-    lines += [f"| {r.source_looks_like} | `{r.name}` | {r.computes} |" for r in CATALOG]
-    lines += [f"| {source} | {verdict} | - |" for source, verdict in LEAVE_OFF]
+    lines = ["| source looks like | replacement | what the replacement computes | writes in place |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {r.source_looks_like} | `{r.name}` | {r.computes} | {_in_place_words(r)} |" for r in CATALOG]
+    lines += [f"| {source} | {verdict} | - | - |" for source, verdict in LEAVE_OFF]
     return "\n".join(lines)
+
+
+def _in_place_words(entry: Replacement) -> str:
+    if entry.in_place == "backward":
+        return (f"dX into the incoming dY: refused where dY is shared (residual + norm(h)); "
+                f"use `{entry.out_of_place}` there")
+    if entry.in_place == "forward+backward":
+        return "rotated q/k into their storage, dq/dk into the incoming gradients: refused where shared"
+    return "no"

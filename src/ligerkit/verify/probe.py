@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.verify.catalog import Replacement
+from ligerkit.verify.catalog import Replacement, by_kind
 
 MATCH, MISMATCH, UNPROBED = "match", "mismatch", "unprobed"
 _NORM_SIZE_NAMES = ("hidden_size", "dim", "d_model", "normalized_shape", "num_features", "embed_dim")
@@ -360,3 +360,12 @@ def probe(source: object, replacement: Replacement, config: Any = None,
     if not isinstance(source, type) or not issubclass(source, nn.Module):
         return ProbeResult(qualname(source), replacement.name, MISMATCH, ("the source is not an nn.Module class",))
     return probe_class(source, replacement, config)
+
+
+def best_alternative(source: object, kind: str, config: Any, module: types.ModuleType | None,
+                     exclude: str) -> str | None:
+    """The catalog replacement of ``kind`` that matches ``source``, other than ``exclude``."""
+    for replacement in by_kind(kind):
+        if replacement.name != exclude and probe(source, replacement, config, module).verdict == MATCH:
+            return replacement.name
+    return None

@@ -197,7 +197,7 @@ def _build(config: Any) -> _Built | None:
 
     if not isinstance(config, PretrainedConfig):
         return None
-    from ligerkit.kit.metabuild import build_meta_model
+    from ligerkit.hf import build_meta_model
 
     try:
         model = build_meta_model(config)
@@ -262,13 +262,3 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
                                         None, results))
     label = type(config).__name__ if config is not None else "none"
     return Suggestion(module.__name__, label, candidates)
-
-
-def best_alternative(source: object, kind: str, config: Any, module: types.ModuleType | None,
-                     exclude: str) -> str | None:
-    """The catalog replacement of ``kind`` that matches ``source``, other than ``exclude``."""
-    for replacement in by_kind(kind):
-        if replacement.name != exclude and probe(source, replacement, config, module).verdict == MATCH:
-            return replacement.name
-    return None
-

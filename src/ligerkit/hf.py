@@ -1,0 +1,264 @@
+"""Neutral helpers over transformers: configs, model classes, small and meta-device builds.
+
+Every layer above (probes, the kit, the loss, the trainer) reads configs and finds model classes
+through this module, so none of them reaches into another for it. Nothing here downloads: paths
+are local, and ``local_files_only`` is always set.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ligerkit.errors import FamilyResolutionError, ModelBuildError
+
+# At most this many decoder layers in a meta build: the classes are what a scan needs, not depth.
+PLAN_LAYERS = 2
+# Dimensions of the small configs probes and detectors build real (CPU) models from.
+SMALL_DIMS: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16, num_hidden_layers=2, vocab_size=256)
+
+_MAPPINGS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+    "MODEL_MAPPING_NAMES",
+)
+
+
+def load_config(model_name_or_path: str | os.PathLike[str], trust_remote_code: bool = False) -> Any:
+    """Load the transformers config at a local path (or already in the local cache), offline."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(
+            str(model_name_or_path), local_files_only=True, trust_remote_code=trust_remote_code
+        )
+    except Exception as exc:
+        raise FamilyResolutionError(
+            f"Could not read a model config at {str(model_name_or_path)!r} ({type(exc).__name__}: "
+            f"{exc}). ligerkit never downloads: point model_name_or_path at a local directory with a "
+            "config.json, or pass model_family= explicitly."
+        ) from exc
+
+
+def family_of(model_name_or_path: str | os.PathLike[str], trust_remote_code: bool = False) -> str:
+    """The ``model_type`` of the model at ``model_name_or_path``.
+
+    A local ``config.json`` is read as JSON first (no code runs); only a path that is not a local
+    directory goes through ``AutoConfig`` with ``local_files_only=True``.
+    """
+    path = Path(model_name_or_path)
+    config_file = path / "config.json" if path.is_dir() else path
+    if config_file.is_file():
+        try:
+            data = json.loads(config_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise FamilyResolutionError(f"{config_file} is not a readable JSON config: {exc}") from exc
+        if not isinstance(data, dict):
+            raise FamilyResolutionError(
+                f"{config_file} holds a JSON {type(data).__name__}, not an object with a 'model_type'; "
+                "point at a transformers config.json, or pass model_family= explicitly."
+            )
+        model_type = data.get("model_type")
+        if not isinstance(model_type, str) or not model_type:
+            raise FamilyResolutionError(
+                f"{config_file} has no 'model_type' string; pass model_family= explicitly."
+            )
+        return model_type
+    return str(load_config(model_name_or_path, trust_remote_code).model_type)
+
+
+def text_config(config: Any) -> Any:
+    """The language model's part of a config: transformers' ``get_text_config()``, a ``text`` field
+    (composite configs), or the config itself."""
+    getter = getattr(config, "get_text_config", None)
+    if callable(getter):
+        return getter()
+    return getattr(config, "text", config)
+
+
+def shrink_layers(config: Any, layers: int = PLAN_LAYERS) -> None:
+    """Cut every (sub)config to at most ``layers`` layers, in place (per-layer lists too)."""
+    from transformers import PretrainedConfig
+
+    for sub in [config, *(v for v in vars(config).values() if isinstance(v, PretrainedConfig))]:
+        depth = getattr(sub, "num_hidden_layers", None)
+        if isinstance(depth, int) and depth > layers:
+            sub.num_hidden_layers = layers
+            for key in ("layer_types", "mlp_layer_types"):
+                value = getattr(sub, key, None)
+                if isinstance(value, list) and len(value) == depth:
+                    setattr(sub, key, value[:layers])
+
+
+def default_config(model_type: str, layers: int = PLAN_LAYERS) -> Any:
+    """transformers' default config for ``model_type`` with at most ``layers`` layers everywhere."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.for_model(model_type)
+    except Exception as exc:
+        raise ModelBuildError(
+            f"transformers has no config class for {model_type!r} ({exc}); pass --model PATH to a local "
+            "config.json instead."
+        ) from exc
+    shrink_layers(config, layers)
+    return config
+
+
+def load_local_config(path: str | os.PathLike[str], layers: int = PLAN_LAYERS) -> Any:
+    """A local config, shrunk to ``layers`` layers for the meta build."""
+    config = load_config(path)
+    shrink_layers(config, layers)
+    return config
+
+
+def small_config(cls: type, overrides: dict[str, Any] | None = None) -> Any:
+    """``cls`` at small dimensions (:data:`SMALL_DIMS`), falling back to fewer of them if it objects.
+
+    Raises ``ValueError`` with the last constructor error when no attempt builds.
+    """
+    overrides = dict(overrides or {})
+    fields = inspect.signature(cls).parameters
+    attempts = [
+        {**SMALL_DIMS, **overrides},
+        {k: v for k, v in {**SMALL_DIMS, **overrides}.items() if k in fields or k in overrides},
+        {**{k: v for k, v in SMALL_DIMS.items() if k != "num_key_value_heads"}, **overrides},
+        dict(overrides),
+    ]
+    error: Exception | None = None
+    for kwargs in attempts:
+        try:
+            with quiet_transformers():  # special token ids of the full vocabulary fall outside the small one
+                config = cls(**kwargs)
+        except Exception as exc:  # config validators reject some combinations; try the next
+            error = exc
+            continue
+        pad = getattr(config, "pad_token_id", None)
+        if isinstance(pad, int) and pad >= SMALL_DIMS["vocab_size"] and "pad_token_id" not in overrides:
+            config.pad_token_id = 0  # keep the padding index inside the small vocabulary
+        return config
+    raise ValueError(f"cannot build {cls.__name__} with small dimensions: {error}")
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings off for the block (small probe configs trip its vocabulary checks)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def smaller_copies(config: Any) -> list[Any]:
+    """Copies of a config object at small dimensions, then with fewer layers only, then the config
+    itself: cheapest first.
+
+    Works on any object with attributes (transformers configs and their sub-configs, dataclasses,
+    plain classes): only attributes the object already has are set; a copy that cannot be made
+    is skipped. A model built from a shrunk copy keeps the structure (which module feeds which),
+    which is what model-level probes look at.
+    """
+    small = {**SMALL_DIMS, "num_hidden_layers": 1, "num_heads": 4, "out_hidden_size": SMALL_DIMS["hidden_size"]}
+    copies = []
+    for dims in (small, {"num_hidden_layers": 1}, {"num_hidden_layers": 2}):
+        try:
+            shrunk = copy.deepcopy(config)
+            for target in [shrunk, *_sub_configs(shrunk)]:
+                _shrink_attrs(target, dims)
+            copies.append(shrunk)
+        except Exception:  # an immutable or uncopyable config is used as it is
+            continue
+    return [*copies, config]
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    values = vars(config).values() if hasattr(config, "__dict__") else ()
+    return [v for v in values if hasattr(v, "__dict__") and not isinstance(v, type)
+            and any(hasattr(v, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size"))]
+
+
+def _shrink_attrs(config: Any, dims: dict[str, Any]) -> None:
+    layer_keys = ("num_hidden_layers", "num_layers", "layers", "depth", "n_layer")
+    for key, value in dims.items():
+        for name in (layer_keys if key == "num_hidden_layers" else (key,)):
+            old = getattr(config, name, None)
+            if isinstance(old, int) and not isinstance(old, bool) and old > value:
+                setattr(config, name, value)
+                for per_layer in ("layer_types", "mlp_layer_types"):
+                    listed = getattr(config, per_layer, None)
+                    if isinstance(listed, list) and len(listed) == old:
+                        setattr(config, per_layer, listed[:value])
+    patch, image = getattr(config, "patch_size", None), getattr(config, "image_size", None)
+    if "hidden_size" in dims and isinstance(patch, int) and isinstance(image, int) and image > 2 * patch:
+        config.image_size = 2 * patch
+
+
+def config_class_of(module: Any) -> type | None:
+    """The config class a modeling module's model classes declare (``XForCausalLM.config_class``)."""
+    classes = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
+    for suffix in ("ForCausalLM", "ForConditionalGeneration", "Model"):
+        for cls in classes:
+            config_class = getattr(cls, "config_class", None)
+            if cls.__name__.endswith(suffix) and isinstance(config_class, type):
+                return config_class
+    return None
+
+
+def model_class_for(config: Any) -> type:
+    """The task model class for a config: causal LM, else image-text-to-text, else base model."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping_name in _MAPPINGS:
+        class_name = getattr(modeling_auto, mapping_name).get(config.model_type)
+        cls = getattr(transformers, class_name, None) if class_name else None
+        if cls is not None and isinstance(config, cls.config_class):
+            return cls
+    module_name = type(config).__module__.replace("configuration_", "modeling_")
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            module = None
+    candidates = [
+        v for v in vars(module).values()
+        if isinstance(v, type) and getattr(v, "config_class", None) is type(config)
+    ] if module else []
+    for suffix in ("ForCausalLM", "ForConditionalGeneration", "Model"):
+        for cls in candidates:
+            if cls.__name__.endswith(suffix):
+                return cls
+    raise ModelBuildError(
+        f"No transformers model class takes a {type(config).__name__} ({config.model_type!r})."
+    )
+
+
+def build_meta_model(config: Any) -> Any:
+    """Instantiate the config's model class on the meta device (no memory, no weights)."""
+    import torch
+
+    cls = model_class_for(config)
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            return cls._from_config(config)
+    except Exception as exc:
+        raise ModelBuildError(
+            f"Could not build {cls.__name__} from the {config.model_type!r} config on the meta device "
+            f"({type(exc).__name__}: {exc}). Pass --model PATH to a directory with a complete config.json."
+        ) from exc

@@ -1,0 +1,121 @@
+"""Checks of a route's swaps against the model they are for, before the model is built.
+
+Two ways a swap that Liger's helper (or a custom map) makes can still be wrong for the model:
+
+- **It cannot reach every use.** A table filled at import (``NORM2FN = {"layer_norm":
+  nn.LayerNorm}``) or a module-level alias keeps the original, so the model would be built from a
+  mix of Liger's class and the original. The scan finds this after the build; here it is found
+  before, from the tables and globals of the modules the route watches.
+- **It writes in place where another consumer reads.** Liger's default RMSNorm writes dX into the
+  incoming dY; its rotary writes into q/k. ``ligerkit.verify.aliasing`` emulates those writes in a
+  small model of the module and compares gradients.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Iterable, Sequence
+
+from ligerkit.errors import InPlaceBackwardError, LigerKitError, UnreachableSwapError
+from ligerkit.kit.snapshot import MISSING, Change, Table, owner_label, qualified_name
+from ligerkit.verify.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResult, in_place_hazard
+from ligerkit.verify.catalog import lookup, twin
+
+
+def _holds(value: object, original: object) -> bool:
+    return value is original or (isinstance(value, tuple) and bool(value) and value[0] is original)
+
+
+def unreached(changes: Sequence[Change], home_tables: Iterable[Table], home: Sequence[str]) -> list[str]:
+    """Places in the route's own modules that still hold an original these changes swapped out.
+
+    A table only those modules hold (``home_tables``), or a global of theirs bound under another
+    name, that holds the original: the model builds from it, and the swap never reaches it.
+    """
+    changed = {(id(c.owner), c.attr) for c in changes}
+    originals = [c.before for c in changes if c.before is not MISSING and (inspect.isclass(c.before)
+                                                                         or inspect.isroutine(c.before))]
+    found = []
+    namespaces: list[tuple[object, Iterable[tuple[object, object]]]] = [
+        (t, t.items().items()) for t in home_tables]
+    namespaces += [(m, vars(m).items()) for m in (sys.modules.get(n) for n in home) if m is not None]
+    for owner, entries in namespaces:
+        for key, value in list(entries):
+            if (id(owner), key) in changed:
+                continue
+            for original in originals:
+                if _holds(value, original):
+                    module, attr = owner_label(owner, key)
+                    found.append(f"{module}.{attr} still holds {qualified_name(original)}")
+    return found
+
+
+def writes_in_place(replacement: object) -> str:
+    """What a Liger replacement writes in place: ``""``, ``"backward"`` or ``"forward+backward"``.
+
+    A class is built once and asked (``LigerRMSNorm(..., in_place=...)``, partials included);
+    a function is read from the catalog, or recognized as one of Liger's rotary kernels.
+    """
+    entry = lookup(replacement)
+    if inspect.isclass(getattr(replacement, "func", replacement)):
+        try:
+            built = replacement(8)  # type: ignore[operator]
+        except Exception:  # a constructor that needs a config: read the catalog instead
+            return entry.in_place if entry is not None else ""
+        return BACKWARD if getattr(built, "in_place", False) is True else ""
+    if entry is not None:
+        return entry.in_place
+    module = getattr(getattr(replacement, "func", replacement), "__module__", "") or ""
+    if module.startswith("liger_kernel.") and ("rope" in module or "mrope" in module):
+        return FORWARD_AND_BACKWARD
+    return ""
+
+
+def aliasing_of(original: object, replacement: object, config: object = None) -> AliasingResult | None:
+    """The detector's verdict for replacing ``original`` with ``replacement`` (``None``: nothing
+    written in place, nothing to check)."""
+    writes = writes_in_place(replacement)
+    module = sys.modules.get(getattr(original, "__module__", "") or "")
+    if not writes or module is None:
+        return None
+    return in_place_hazard(original, module, config, writes)
+
+
+def in_place_advice(replacement: object) -> str:
+    """What to use instead of an in-place replacement where its write is unsafe."""
+    entry = lookup(replacement)
+    alternative = twin(entry) if entry is not None else None
+    if alternative is not None:
+        return f"Use {alternative.name} instead: the same math with an out-of-place backward."
+    if writes_in_place(replacement) == FORWARD_AND_BACKWARD:
+        return "Liger's rotary has no out-of-place variant: leave this module off."
+    return "Use an out-of-place variant (in_place=False) of the same class, or leave this module off."
+
+
+def in_place_error(where: str, replacement: object, result: AliasingResult) -> InPlaceBackwardError:
+    """The error for an unsafe in-place swap, naming what to use instead."""
+    return InPlaceBackwardError(
+        f"{where} -> {qualified_name(replacement)}: the replacement writes in place "
+        f"({writes_in_place(replacement)}), and {result.reason}. The loss would look right while those "
+        f"gradients are wrong. {in_place_advice(replacement)}"
+    )
+
+
+def swap_problem(changes: Sequence[Change], home_tables: Iterable[Table], home: Sequence[str]) -> LigerKitError | None:
+    """The first reason these changes (one module's swaps) must not stand, or ``None``."""
+    missed = unreached(changes, home_tables, home)
+    if missed:
+        swapped = ", ".join(f"{'.'.join(owner_label(c.owner, c.attr))}" for c in changes)
+        return UnreachableSwapError(
+            f"the swap of {swapped} cannot reach every use of the original: {'; '.join(missed[:4])}. "
+            "The model would be built from a mix of Liger's class and the original. Leave this module "
+            "off (modules='auto' does)."
+        )
+    for change in changes:
+        if change.before is MISSING:
+            continue
+        result = aliasing_of(change.before, change.after)
+        if result is not None and result.hazard:
+            return in_place_error(".".join(owner_label(change.owner, change.attr)), change.after, result)
+    return None

@@ -1,0 +1,309 @@
+"""Would an in-place replacement corrupt the model around it? Found on the CPU, by emulation.
+
+Liger's default RMSNorm writes the input's gradient into the incoming gradient ``dY`` to save
+memory, and its rotary writes the rotated q/k into the storage it was given (and, in backward,
+``dq``/``dk`` into the incoming gradients). That is safe only when nothing else holds those
+tensors. Where a norm's output is added straight to the residual (``residual + norm(h)``:
+post-norm and sandwich layouts), the add's backward hands one gradient tensor to both branches,
+so the write corrupts the residual's gradient; the loss does not change, the gradients do (by
+1e5x and more, measured on an H200).
+
+The detector builds a small model of the symbol's modeling module (``runnable.py``), then runs one
+forward and backward twice with the symbol's *own* math wrapped: once out of place, once with the
+replacement's writes emulated (``dY.copy_(dX)``; ``q.copy_(rotated)``). Identical gradients mean no
+other consumer shares what the replacement writes; any difference is the hazard, with the
+parameters it reached.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ligerkit.verify.runnable import Runnable, Unrunnable, runnable_model
+
+BACKWARD = "backward"  # dX written into dY
+FORWARD_AND_BACKWARD = "forward+backward"  # rotated q/k into their storage, dq/dk into the gradients
+_TOLERANCE = 1e-4  # relative; the emulated write changes gradients by orders of magnitude, or not at all
+
+
+@dataclass(frozen=True)
+class AliasingResult:
+    """Whether an in-place write of a replacement for ``source`` is safe in its model."""
+
+    source: str
+    checked: bool
+    hazard: bool
+    reason: str
+    affected: tuple[str, ...] = ()
+
+    @property
+    def safe(self) -> bool:
+        """Checked, and nothing else shares what the replacement writes."""
+        return self.checked and not self.hazard
+
+
+class _GradIntoGradOutput(torch.autograd.Function):
+    """``fn(x)`` whose backward may write dX into the incoming dY, as Liger's RMSNorm does."""
+
+    @staticmethod
+    def forward(ctx, fn, in_place, x, *params):  # noqa: D102
+        with torch.enable_grad():
+            xd = x.detach().clone().requires_grad_(True)
+            out = fn(xd)
+        ctx.graph = (out, xd, params, in_place)
+        return out.detach().clone()
+
+    @staticmethod
+    def backward(ctx, dy):  # noqa: D102
+        out, xd, params, in_place = ctx.graph
+        wanted = [p for p in params if p.requires_grad]
+        grads = list(torch.autograd.grad(out, [xd, *wanted], dy, allow_unused=True))
+        dx = grads[0]
+        if in_place and dx is not None and dy.is_contiguous() and dy.shape == dx.shape:
+            dy.copy_(dx)  # Liger's in-place backward: dX lands in dY's storage
+            dx = dy
+        by_param = dict(zip(map(id, wanted), grads[1:], strict=True))
+        return (None, None, dx, *[by_param.get(id(p)) for p in params])
+
+
+def _aliased(t: torch.Tensor) -> bool:
+    """Liger's rotary works on ``t.transpose(1, 2).contiguous()``: in place when that is a no-op."""
+    return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
+
+
+class _RotaryInPlace(torch.autograd.Function):
+    """``fn(q, k)`` that may write its results into q/k and dq/dk into the incoming gradients."""
+
+    @staticmethod
+    def forward(ctx, fn, in_place, q, k):  # noqa: D102
+        with torch.enable_grad():
+            qd, kd = q.detach().clone().requires_grad_(True), k.detach().clone().requires_grad_(True)
+            oq, ok = fn(qd, kd)
+        ctx.graph = (oq, ok, qd, kd, in_place)
+        if in_place:
+            for src, out in ((q, oq), (k, ok)):
+                if _aliased(src) and src.shape == out.shape:
+                    src.data.copy_(out.detach())  # a kernel write: autograd does not see it
+        return oq.detach().clone(), ok.detach().clone()
+
+    @staticmethod
+    def backward(ctx, gq, gk):  # noqa: D102
+        oq, ok, qd, kd, in_place = ctx.graph
+        dq, dk = torch.autograd.grad((oq, ok), (qd, kd), (gq, gk), allow_unused=True)
+        if in_place:
+            if dq is not None and _aliased(gq) and gq.shape == dq.shape:
+                gq.copy_(dq)
+                dq = gq
+            if dk is not None and _aliased(gk) and gk.shape == dk.shape:
+                gk.copy_(dk)
+                dk = gk
+        return None, None, dq, dk
+
+
+def _emulated_module_forward(module: nn.Module, forward: Callable[..., Any], in_place: bool,
+                             x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    params = tuple(module.parameters())
+    return _GradIntoGradOutput.apply(lambda t: forward(t, *args, **kwargs), in_place, x, *params)
+
+
+def _emulated_rotary(fn: Callable[..., Any], in_place: bool, *args: Any, **kwargs: Any) -> Any:
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    q_name, k_name = list(bound.signature.parameters)[:2]
+    q, k = bound.arguments[q_name], bound.arguments[k_name]
+
+    def call(q_: torch.Tensor, k_: torch.Tensor) -> Any:
+        return fn(**{**bound.arguments, q_name: q_, k_name: k_})
+
+    return _RotaryInPlace.apply(call, in_place, q, k)
+
+
+def _global_names(module: types.ModuleType, obj: object) -> list[str]:
+    return [name for name, value in list(vars(module).items()) if value is obj]
+
+
+@contextmanager
+def _rebound(module: types.ModuleType, obj: object, wrapper: Callable[..., Any]) -> Iterator[None]:
+    """Bind ``wrapper`` wherever ``module`` binds ``obj``, for the block only (this probe's own model)."""
+    names = _global_names(module, obj)
+    namespace = vars(module)
+    try:
+        for name in names:
+            namespace[name] = wrapper
+        yield
+    finally:
+        for name in names:
+            namespace[name] = obj
+
+
+@contextmanager
+def _watch_class(cls: type, model: nn.Module) -> Iterator[Callable[[], bool]]:
+    calls: list[int] = []
+    handles = [m.register_forward_hook(lambda *_: calls.append(1)) for m in model.modules() if type(m) is cls]
+    try:
+        yield lambda: bool(calls)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def _watch_function(module: types.ModuleType, fn: Callable[..., Any], model: nn.Module) -> Iterator[Callable[[], bool]]:
+    calls: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    with _rebound(module, fn, counting):
+        yield lambda: bool(calls)
+
+
+@contextmanager
+def _emulating(run: Runnable, source: object, module: types.ModuleType, in_place: bool) -> Iterator[None]:
+    if isinstance(source, type):
+        patched = [m for m in run.model.modules() if type(m) is source]
+        for m in patched:
+            m.forward = functools.partial(_emulated_module_forward, m, source.forward.__get__(m), in_place)
+        try:
+            yield
+        finally:
+            for m in patched:
+                del m.forward
+    else:
+        with _rebound(module, source, functools.partial(_emulated_rotary, source, in_place)):
+            yield
+
+
+def _catalog_entry(obj: object) -> Any:
+    from ligerkit.verify.catalog import lookup
+
+    for cls in getattr(obj, "__mro__", (obj,)):
+        entry = lookup(cls)
+        if entry is not None:
+            return entry
+    return None
+
+
+@contextmanager
+def _liger_on_cpu(module: types.ModuleType) -> Iterator[Callable[[nn.Module], None]]:
+    """Liger objects the module already binds (another kit's or an earlier module's swaps) run as the
+    catalog's reference math for the block, so the probe model runs on a CPU. Yields a function that
+    does the same for the Liger module instances of a built model."""
+    functions = {name: _catalog_entry(value) for name, value in list(vars(module).items())
+                 if inspect.isfunction(value) and (value.__module__ or "").startswith("liger_kernel")}
+    functions = {name: entry for name, entry in functions.items() if entry is not None}
+    namespace = vars(module)
+    saved = {name: namespace[name] for name in functions}
+
+    def instances(model: nn.Module) -> None:
+        for m in model.modules():
+            entry = _catalog_entry(type(m)) if type(m).__module__.startswith("liger_kernel") else None
+            if entry is not None and entry.kind != "rope":
+                m.forward = functools.partial(entry.reference, m)
+
+    try:
+        for name, entry in functions.items():
+            namespace[name] = entry.reference
+        yield instances
+    finally:
+        namespace.update(saved)
+
+
+def _gradients(run: Runnable, source: object, module: types.ModuleType, in_place: bool) -> dict[str, torch.Tensor]:
+    run.model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    with _emulating(run, source, module, in_place):
+        loss = run.loss()
+        loss.backward()
+    found = {"<loss>": loss.detach().reshape(1)}
+    found.update({name: p.grad.detach().clone() for name, p in run.model.named_parameters() if p.grad is not None})
+    return found
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    scale = float(a.abs().max()) if a.numel() else 0.0
+    return bool((a - b).abs().max() > _TOLERANCE * max(scale, 1e-12)) if a.numel() else False
+
+
+def _label(obj: object) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _fingerprint(config: Any) -> str:
+    to_json = getattr(config, "to_json_string", None)
+    if callable(to_json):
+        try:
+            return str(to_json())
+        except Exception:  # an unserializable field: fall back to the attribute dict
+            pass
+    return repr(sorted((k, repr(v)) for k, v in vars(config).items())) if hasattr(config, "__dict__") else repr(config)
+
+
+_CACHE: dict[tuple[int, str, str, str], AliasingResult] = {}
+
+
+def in_place_hazard(source: object, module: types.ModuleType, config: Any = None,
+                    writes: str = BACKWARD) -> AliasingResult:
+    """Whether an in-place replacement for ``source`` (a norm class, or a rotary function when
+    ``writes`` is ``"forward+backward"``) would corrupt another consumer in ``module``'s model.
+
+    ``config`` builds the model (the module's own config class at small dimensions when ``None``).
+    The result is cached per symbol, module, config and kind of write.
+    """
+    key = (id(source), module.__name__, _fingerprint(config) if config is not None else "", writes)
+    if key not in _CACHE:
+        _CACHE[key] = _detect(source, module, config)
+    return _CACHE[key]
+
+
+def _detect(source: object, module: types.ModuleType, config: Any) -> AliasingResult:
+    # Building models makes transformers cache private class attributes; the probe leaves none behind.
+    from ligerkit.kit.snapshot import Snapshot, owners_of
+
+    traces = Snapshot(owners_of([module]))
+    try:
+        return _detect_in(source, module, config)
+    finally:
+        traces.undo()
+
+
+def _detect_in(source: object, module: types.ModuleType, config: Any) -> AliasingResult:
+    name = _label(source)
+    with _liger_on_cpu(module) as stand_ins:
+        @contextmanager
+        def watch(model: nn.Module) -> Iterator[Callable[[], bool]]:
+            stand_ins(model)
+            if isinstance(source, type):
+                with _watch_class(source, model) as used:
+                    yield used
+            else:
+                with _watch_function(module, source, model) as used:  # type: ignore[arg-type]
+                    yield used
+
+        try:
+            run = runnable_model(module, config, watch)
+            run.model.eval()  # no dropout: both runs must differ only by the emulated write
+            clean = _gradients(run, source, module, in_place=False)
+            written = _gradients(run, source, module, in_place=True)
+        except Unrunnable as exc:
+            return AliasingResult(name, False, False, f"not checked: {exc}")
+        except Exception as exc:  # the emulated model failed to run: the hazard stays unknown
+            return AliasingResult(name, False, False,
+                                  f"not checked: the emulated run failed ({type(exc).__name__}: {exc})")
+    affected = tuple(k for k in clean if k in written and _differs(clean[k], written[k]))
+    model = type(run.model).__name__
+    if affected:
+        shown = ", ".join(affected[:4]) + (" ..." if len(affected) > 4 else "")
+        return AliasingResult(name, True, True,
+                              f"in {model}, another consumer shares what the in-place write overwrites "
+                              f"(it changed {len(affected)} gradient(s): {shown})", affected)
+    return AliasingResult(name, True, False, f"in {model}, nothing else shares what it writes")
