@@ -34,21 +34,25 @@ _FALSE = {"off", "false", "0", "no"}
 
 
 def parse_modules(spec: str) -> str | dict[str, bool]:
-    """``auto`` or ``rope=on,swiglu=off`` -> ``"auto"`` or ``{"rope": True, "swiglu": False}``."""
+    """``auto`` or ``rope=on,swiglu=off`` -> ``"auto"`` or ``{"rope": True, "swiglu": False}``.
+
+    Empty items, a name without a value and a name given twice are errors, never guesses.
+    """
     spec = spec.strip()
     if spec == "auto":
         return "auto"
     selection: dict[str, bool] = {}
-    for item in filter(None, (p.strip() for p in spec.split(","))):
+    for item in (p.strip() for p in spec.split(",")):
         name, sep, value = item.partition("=")
-        value = value.strip().lower()
-        if not sep or value not in _TRUE | _FALSE:
+        name, value = name.strip(), value.strip().lower()
+        if not item or not sep or not name or value not in _TRUE | _FALSE:
             raise InvalidOptionError(
-                f"--modules: cannot read {item!r}; use 'auto' or name=on|off pairs, e.g. rope=on,swiglu=off."
+                f"--modules: cannot read {item!r} in {spec!r}; use 'auto' or name=on|off pairs, e.g. "
+                "rope=on,swiglu=off."
             )
-        selection[name.strip()] = value in _TRUE
-    if not selection:
-        raise InvalidOptionError("--modules is empty; use 'auto' or name=on|off pairs.")
+        if name in selection:
+            raise InvalidOptionError(f"--modules names {name!r} twice; give each module once.")
+        selection[name] = value in _TRUE
     return selection
 
 
@@ -58,7 +62,23 @@ def parse_exclude(spec: str | None) -> tuple[str, ...]:
         return LOSS_MODULES
     if spec.strip().lower() == "none":
         return ()
-    return tuple(filter(None, (p.strip() for p in spec.split(","))))
+    names = tuple(p.strip() for p in spec.split(","))
+    if not all(names):
+        raise InvalidOptionError(
+            f"--exclude {spec!r} has an empty name; list module names (e.g. cross_entropy,"
+            "fused_linear_cross_entropy), or 'none' to exclude nothing."
+        )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InvalidOptionError(f"--exclude names {', '.join(repeated)} twice; give each module once.")
+    return names
+
+
+def non_empty(option: str, value: str | None) -> str | None:
+    """``value``, refusing an empty string (an empty option is a mistake, never a default)."""
+    if value is not None and not value.strip():
+        raise InvalidOptionError(f"{option} is empty; give a value or leave the option out.")
+    return value
 
 
 def _run(body: Callable[[], None]) -> None:
@@ -115,6 +135,8 @@ def plan(
     from ligerkit.plan import plan as run_plan
 
     def body() -> None:
+        non_empty("--family", family)
+        non_empty("--model", model)
         if family and model:
             raise InvalidOptionError("Give --family or --model, not both.")
         result = run_plan(family, model, parse_modules(modules), parse_exclude(exclude))

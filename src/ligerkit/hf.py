@@ -172,13 +172,16 @@ def smaller_copies(config: Any) -> list[Any]:
     is skipped. A model built from a shrunk copy keeps the structure (which module feeds which),
     which is what model-level probes look at.
     """
-    small = {**SMALL_DIMS, "num_hidden_layers": 1, "num_heads": 4, "out_hidden_size": SMALL_DIMS["hidden_size"]}
+    small = {**SMALL_DIMS, "num_hidden_layers": 1, "num_heads": 4, "out_hidden_size": SMALL_DIMS["hidden_size"],
+             **_EXPERT_COUNTS}
     copies = []
     for dims in (small, {"num_hidden_layers": 1}, {"num_hidden_layers": 2}):
         try:
             shrunk = copy.deepcopy(config)
             for target in [shrunk, *_sub_configs(shrunk)]:
                 _shrink_attrs(target, dims)
+                if getattr(target, "_attn_implementation", "") is None:  # a layer built on its own
+                    target._attn_implementation = "eager"
             copies.append(shrunk)
         except Exception:  # an immutable or uncopyable config is used as it is
             continue
@@ -191,17 +194,32 @@ def _sub_configs(config: Any) -> list[Any]:
             and any(hasattr(v, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size"))]
 
 
+# MoE configs whose defaults leave expert counts unset get these (set only where the attribute is None).
+_EXPERT_COUNTS = {"n_routed_experts": 4, "num_experts": 4, "num_local_experts": 4, "n_shared_experts": 1,
+                  "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
+
+
 def _shrink_attrs(config: Any, dims: dict[str, Any]) -> None:
     layer_keys = ("num_hidden_layers", "num_layers", "layers", "depth", "n_layer")
     for key, value in dims.items():
         for name in (layer_keys if key == "num_hidden_layers" else (key,)):
             old = getattr(config, name, None)
-            if isinstance(old, int) and not isinstance(old, bool) and old > value:
+            if key in _EXPERT_COUNTS and hasattr(config, name) and old is None:
+                setattr(config, name, value)  # a MoE config whose default leaves the expert count unset
+            elif isinstance(old, int) and not isinstance(old, bool) and old > value:
                 setattr(config, name, value)
                 for per_layer in ("layer_types", "mlp_layer_types"):
                     listed = getattr(config, per_layer, None)
                     if isinstance(listed, list) and len(listed) == old:
                         setattr(config, per_layer, listed[:value])
+    if getattr(config, "use_cache", None) is True:
+        config.use_cache = False  # a probe's forward never reads a key/value cache
+    head_dim = getattr(config, "head_dim", None)
+    for rope_key in ("rope_parameters", "rope_scaling"):
+        rope = getattr(config, rope_key, None)
+        if "head_dim" in dims and isinstance(head_dim, int) and isinstance(rope, dict) and rope.get("mrope_section"):
+            half = head_dim // 2  # M-RoPE's temporal/height/width sections must add up to half a head
+            rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
     patch, image = getattr(config, "patch_size", None), getattr(config, "image_size", None)
     if "hidden_size" in dims and isinstance(patch, int) and isinstance(image, int) and image > 2 * patch:
         config.image_size = 2 * patch

@@ -24,7 +24,8 @@ from ligerkit.hf import config_class_of, quiet_transformers, small_config, small
 
 BATCH, SEQ = 2, 8
 MAX_PARAMETERS = 20_000_000  # a probe model larger than this is not built (counted on the meta device)
-_PREFERRED = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model", "Encoder", "Transformer")
+_PREFERRED = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model", "Encoder", "Transformer",
+              "DecoderLayer", "EncoderLayer", "Layer", "Block")
 
 
 class Unrunnable(Exception):
@@ -86,16 +87,18 @@ def _model_classes(module: types.ModuleType) -> list[type]:
 
 def _build(cls: type, config: Any) -> nn.Module | None:
     params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
-    required = [p for p in params if p.default is inspect.Parameter.empty
+    required = [p.name for p in params if p.default is inspect.Parameter.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if len(required) != 1:
+    extra = {"layer_idx": 0} if required[1:] == ["layer_idx"] else {}  # a decoder layer: the first one
+    if len(required) != 1 + len(extra):
         return None
+
     def make() -> nn.Module:
         with warnings.catch_warnings(), quiet_transformers():
             warnings.simplefilter("ignore")
             if hasattr(cls, "_from_config") and hasattr(cls, "config_class"):
                 return cls._from_config(config, dtype=torch.float32)
-            return cls(config).float()
+            return cls(config, **extra).float()
 
     try:
         with torch.device("meta"):
@@ -108,7 +111,25 @@ def _build(cls: type, config: Any) -> nn.Module | None:
         return None
 
 
-def _input_candidates(config: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+def _layer_kwargs(module: types.ModuleType, config: Any, model: nn.Module, hidden: torch.Tensor) -> dict[str, Any]:
+    """What a decoder layer's forward needs besides the hidden states: the module's own rotary
+    embedding (cos, sin), position ids, no mask."""
+    accepted = inspect.signature(model.forward).parameters
+    kwargs: dict[str, Any] = {}
+    positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ)
+    if "position_ids" in accepted:
+        kwargs["position_ids"] = positions
+    if "position_embeddings" in accepted:
+        rotary = next((v for n, v in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(v, type)
+                       and v.__module__ == module.__name__), None)
+        if rotary is None:
+            return {}
+        with quiet_transformers():
+            kwargs["position_embeddings"] = rotary(config)(hidden, positions)
+    return kwargs
+
+
+def _input_candidates(config: Any, module: types.ModuleType, model: nn.Module) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     g = torch.Generator().manual_seed(11)
     text = text_config(config)
     found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
@@ -116,9 +137,18 @@ def _input_candidates(config: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]
     if isinstance(vocab, int) and vocab > 3:
         ids = torch.randint(3, vocab, (BATCH, SEQ), generator=g)
         found += [((), {"input_ids": ids}), ((ids,), {})]
+        if "decoder_input_ids" in inspect.signature(model.forward).parameters:  # encoder-decoder
+            found.append(((), {"input_ids": ids, "decoder_input_ids": ids.flip(-1)}))
     width = getattr(text, "hidden_size", None) or getattr(config, "hidden_size", None)
     if isinstance(width, int):
-        found.append(((torch.randn(BATCH, SEQ, width, generator=g),), {}))
+        hidden = torch.randn(BATCH, SEQ, width, generator=g)
+        found.append(((hidden,), {}))
+        try:
+            layer = _layer_kwargs(module, config, model, hidden)
+        except Exception:  # the module's rotary embedding does not build from this config
+            layer = {}
+        if layer:
+            found.append(((hidden,), layer))
     size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
     if isinstance(size, int) and isinstance(channels, int):
         pixels = torch.randn(BATCH, channels, size, size, generator=g)
@@ -146,7 +176,7 @@ def runnable_model(module: types.ModuleType, config: Any, watch: Watch) -> Runna
             if model is None:
                 continue
             model.train()
-            for args, kwargs in _input_candidates(cfg):
+            for args, kwargs in _input_candidates(cfg, module, model):
                 candidate = Runnable(model, args, kwargs)
                 with watch(model) as used:
                     try:

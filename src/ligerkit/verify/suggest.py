@@ -17,7 +17,8 @@ from typing import Any
 from torch import nn
 
 from ligerkit.errors import LigerKitError
-from ligerkit.verify.catalog import by_kind
+from ligerkit.verify.aliasing import in_place_hazard
+from ligerkit.verify.catalog import Replacement, by_kind, twin
 from ligerkit.verify.probe import MATCH, UNPROBED, ProbeResult, probe
 
 _NORM = re.compile(r"Norm$")
@@ -232,6 +233,39 @@ def _config_terms(obj: object, config: Any) -> str:
     return f" (for this config: {', '.join(shown)})" if shown else ""
 
 
+def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, module: types.ModuleType,
+                   config: Any) -> Candidate:
+    """A matched candidate whose replacement writes in place, checked in the model the module builds.
+
+    Where another consumer shares what it writes, the out-of-place twin (same math) is suggested, or
+    the symbol is left off when there is none (rotary). Where the check cannot run (no model of the
+    module builds from the config), a norm takes its twin, which is always safe; a rotary keeps
+    Liger's kernel, which every attention layout measured so far reads safely, and the reason says
+    the check did not run (pass a complete config with --config to run it).
+    """
+    if not replacement.in_place:
+        return candidate
+    found = in_place_hazard(obj, module, config, replacement.in_place)
+    if found.safe:
+        candidate.reason += f"; its in-place write is safe here ({found.reason})"
+        return candidate
+    if not found.checked and twin(replacement) is None:
+        candidate.reason += f"; its in-place write was {found.reason}"
+        return candidate
+    why = f"{replacement.name} writes in place ({replacement.in_place}) and {found.reason}"
+    alternative = twin(replacement)
+    if alternative is not None:
+        result = probe(obj, alternative, config, module)
+        candidate.results.append(result)
+        if result.verdict == MATCH:
+            candidate.replacement = alternative.name
+            candidate.reason = f"{candidate.reason}; out of place: {why}"
+            return candidate
+    candidate.verdict, candidate.replacement, candidate.module_name = "leave_off", None, None
+    candidate.reason = f"left off: {why}; no out-of-place Liger replacement has its math"
+    return candidate
+
+
 def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None) -> Suggestion:
     """Probe every candidate symbol of a modeling module; see the module docstring."""
     module = load_module(module_spec)
@@ -248,9 +282,10 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
             result = probe(obj, replacement, config, module)
             results.append(result)
             if result.verdict == MATCH:
-                candidates.append(Candidate(name, kind, MATCH, replacement.name,
-                                            f"computes what {replacement.name} computes{_config_terms(obj, config)}",
-                                            replacement.module, results))
+                candidates.append(_in_place_safe(Candidate(
+                    name, kind, MATCH, replacement.name,
+                    f"computes what {replacement.name} computes{_config_terms(obj, config)}",
+                    replacement.module, results), obj, replacement, module, config))
                 break
         else:
             unprobed = [r for r in results if r.verdict == UNPROBED]
