@@ -173,12 +173,19 @@ def suggest(
     module: Annotated[str, typer.Argument(help="Modeling module (dotted name) or .py file, e.g. a vendored copy.")],
     config: Annotated[str | None, typer.Option(help="Config class (pkg.Class or pkg.module:Class) or JSON file.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Config override, e.g. --set mlp_bias=true.")] = None,
+    gpu: Annotated[bool, typer.Option("--gpu", help="Then prove the printed map on a CUDA GPU: per-parameter "
+                                                    "gradients of a small model of the module, Liger on vs off, "
+                                                    "against float32.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Probe every norm / MLP / rotary symbol of a modeling module and print the verified custom_patches map.
 
     Each candidate is compared, forward and backward in float32 and bfloat16, against the pure-PyTorch
     reference of every compatible Liger replacement; anything that does not match exactly is left off.
+    A replacement that writes in place (Liger's default RMSNorm, its rotary) is checked in a small model
+    of the module: where another consumer shares what it writes, the out-of-place twin is printed, or
+    the symbol is left off. With --gpu, the map is then applied on a GPU and every parameter's gradient
+    is compared against an unpatched bfloat16 and a float32 run (exit 1 on failure, 3 without a GPU).
     """
     from ligerkit.engine.config import parse_override
     from ligerkit.verify.suggest import suggest as run_suggest
@@ -188,9 +195,14 @@ def suggest(
         for item in set_ or []:
             path, value = parse_override(item)
             overrides[".".join(path)] = value
+        if gpu:
+            _require_gpu("suggest --gpu")
         result = run_suggest(module, config, overrides)
+        grads = _suggest_gradients(result) if gpu else None
         if as_json:
-            _emit_json(result.to_dict())
+            _emit_json({**result.to_dict(), "gradients": grads.to_dict() if grads is not None else None})
+            if grads is not None and not grads.passed:
+                raise typer.Exit(1)
             return
         table = Table(title=f"{result.module} (config: {result.config})", title_justify="left")
         for col in ("symbol", "kind", "verdict", "replacement", "reason"):
@@ -200,6 +212,10 @@ def suggest(
         out.print(table)
         out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates verified", markup=False)
         sys.stdout.write(result.patches_code() + "\n")  # unwrapped: ready to paste
+        if grads is not None:
+            out.print(grads.summary(), markup=False, soft_wrap=True)
+            if not grads.passed:
+                raise typer.Exit(1)
 
     _run(body)
 
@@ -297,26 +313,42 @@ def smoke(
     steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for both arms.")] = None,
     nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    grad_factor: Annotated[float, typer.Option(help="Gradient check: a tensor fails when its relative error "
+                                                   "against float32 exceeds this x eager's + --grad-slack.")] = 2.0,
+    grad_slack: Annotated[float, typer.Option(help="Gradient check: added to the bound.")] = 0.01,
     out_dir: Annotated[str, typer.Option("--out", help="Folder for smoke.json and smoke.png.")] = "runs/smoke",
     as_json: JsonOpt = False,
 ) -> None:
-    """Liger off vs on in separate processes, same seed and data: per-step loss and grad norm.
+    """Prove Liger on a recipe: step-1 gradients per parameter, then the loss curve, Liger off vs on.
 
-    Exit 1 when parity fails; exit 3 (with a message) on a machine without a GPU.
+    First, in this process: the recipe's model with Liger off in float32 (the truth), off in the
+    training dtype, and on; every parameter tensor's relative gradient error against float32 must
+    stay within GRAD_FACTOR x eager's + GRAD_SLACK (the kit is reverted after). Then each arm trains in
+    its own process from the same seed and data: per-step loss and grad norm within a dtype
+    tolerance. Exit 1 when either fails; exit 3 (with a message) on a machine without a GPU.
     """
     from pathlib import Path
 
     from ligerkit.validate import parity, proof
+    from ligerkit.validate.recipe_grads import recipe_grad_parity
+    from ligerkit.verify.tolerance import GradTolerance
 
     def body() -> None:
         config = proof.resolve_config(target)
+        tolerance = _tolerance(GradTolerance, grad_factor, grad_slack)
         _require_gpu("smoke")
-        result = parity.smoke(config, steps, list(set_ or []), proof.default_runner(), nproc)
+        import torch
+
+        overrides = list(set_ or [])
+        result = parity.smoke(config, steps, overrides, proof.default_runner(), nproc,
+                              gradients=lambda: recipe_grad_parity(config, overrides, torch.device("cuda"), tolerance))
         files = parity.write_outputs(result, Path(out_dir))
         if as_json:
             _emit_json(result.to_dict())
         else:
             out.print(result.table(), markup=False)
+            if result.gradients is not None:
+                out.print(result.gradients.summary(), markup=False, soft_wrap=True)
             out.print(f"max loss gap {max(result.loss_gaps):.2e} (tolerance {result.loss_tolerance:g}, {result.dtype}); "
                       f"max grad-norm gap {max(result.grad_norm_rel_gaps):.1%} (tolerance {result.grad_norm_rtol:.0%})"
                       f": {'PASS' if result.passed else 'FAIL'}; wrote {', '.join(map(str, files))}", markup=False)
@@ -324,6 +356,26 @@ def smoke(
             raise typer.Exit(1)
 
     _run(body)
+
+
+def _suggest_gradients(result: Any) -> Any:
+    """Gradient parity of a suggestion's map on the GPU (``None`` when nothing was verified)."""
+    import torch
+
+    from ligerkit.validate.recipe_grads import map_grad_parity, suggested_patches
+
+    patches = suggested_patches(result)
+    if not patches:
+        raise InvalidOptionError("suggest --gpu: no candidate was verified, so there is no map to prove.")
+    return map_grad_parity(result.module_object, result.config_object, patches, torch.device("cuda"))
+
+
+def _tolerance(cls: Any, factor: float, slack: float) -> Any:
+    """A gradient tolerance from the CLI's options (a bad value is an InvalidOptionError)."""
+    try:
+        return cls(factor, slack)
+    except ValueError as exc:
+        raise InvalidOptionError(f"--grad-factor/--grad-slack: {exc}") from None
 
 
 @app.command()

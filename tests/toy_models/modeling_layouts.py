@@ -89,7 +89,7 @@ class LayoutAttention(nn.Module):
         v = self.v_proj(x).view(b, s, heads, dim).transpose(1, 2)
         angles = torch.arange(s, dtype=torch.float32)[:, None] / (100.0 ** (torch.arange(dim // 2) / (dim // 2)))
         emb = torch.cat((angles, angles), dim=-1)
-        cos, sin = emb.cos()[None].expand(b, -1, -1), emb.sin()[None].expand(b, -1, -1)
+        cos, sin = emb.cos()[None].expand(b, -1, -1).to(x.dtype), emb.sin()[None].expand(b, -1, -1).to(x.dtype)
         q_rot, k_rot = apply_rotary_pos_emb(q, k, cos, sin)
         out = F.scaled_dot_product_attention(q_rot, k_rot, v, is_causal=True)
         if self.config.reuse_q:

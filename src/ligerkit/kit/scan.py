@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ligerkit.errors import LateApplyError
@@ -41,6 +41,9 @@ class ScanResult:
         stale: stale bindings in other loaded modules.
         function_swaps: swapped functions (not visible as module classes; numerics are checked by
             a GPU smoke run).
+        wrappers: filled at the model's first forward by the guard ``verify`` leaves: wrappers
+            that changed the model's forward or a watched binding without touching the kit's
+            swaps (an autocast wrapper, TRL's LM head), reported rather than refused.
     """
 
     counts: dict[str, int]
@@ -48,6 +51,7 @@ class ScanResult:
     leftovers: dict[str, tuple[str, ...]]
     stale: tuple[StaleBinding, ...]
     function_swaps: tuple[str, ...]
+    wrappers: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -57,6 +61,7 @@ class ScanResult:
             "leftovers": {k: list(v) for k, v in self.leftovers.items()},
             "stale": [s.__dict__ for s in self.stale],
             "function_swaps": list(self.function_swaps),
+            "wrappers": list(self.wrappers),
         }
 
 

@@ -1,19 +1,23 @@
 """``ligerkit smoke``: Liger off vs on, same seed and data, separate processes, step by step.
 
 Modelled on Liger's own convergence tests: the per-step loss must agree within a tolerance chosen
-by the training dtype, and the gradient norm within a relative one. Writes a JSON record and a
-PNG plot of both curves; the caller exits non-zero when parity fails.
+by the training dtype, and the gradient norm within a relative one. A loss is not a proof of the
+backward, so smoke also takes the step-1 gradients of every parameter tensor with Liger on and off
+against a float32 run (``grads.py``) and fails when any tensor is off by more than the tolerance.
+Writes a JSON record and a PNG plot of both curves; the caller exits non-zero when parity fails.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ligerkit.engine.config import load_recipe_config
 from ligerkit.validate.compare import summarize
+from ligerkit.validate.grads import GradParity
 from ligerkit.validate.proof import Runner
 
 # (loss absolute tolerance, grad-norm relative tolerance) by training dtype
@@ -35,6 +39,7 @@ class SmokeResult:
     grad_norm_rtol: float
     off: dict[str, Any]
     on: dict[str, Any]
+    gradients: GradParity | None = None
 
     @property
     def loss_gaps(self) -> list[float]:
@@ -49,15 +54,17 @@ class SmokeResult:
 
     @property
     def passed(self) -> bool:
-        """Every step within both tolerances."""
+        """Every step within both tolerances, and every step-1 gradient tensor within its bound."""
         return (max(self.loss_gaps) <= self.loss_tolerance
-                and max(self.grad_norm_rel_gaps) <= self.grad_norm_rtol)
+                and max(self.grad_norm_rel_gaps) <= self.grad_norm_rtol
+                and (self.gradients is None or self.gradients.passed))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"config": self.config, "dtype": self.dtype, "loss_tolerance": self.loss_tolerance,
                 "grad_norm_rtol": self.grad_norm_rtol, "passed": self.passed,
                 "max_loss_gap": max(self.loss_gaps), "max_grad_norm_rel_gap": max(self.grad_norm_rel_gaps),
+                "gradients": self.gradients.to_dict() if self.gradients is not None else None,
                 "off": self.off, "on": self.on}
 
     def table(self) -> str:
@@ -70,15 +77,18 @@ class SmokeResult:
         return "\n".join(rows)
 
 
-def smoke(config: Path, steps: int, overrides: list[str], runner: Runner, nproc: int = 1) -> SmokeResult:
-    """Run both arms through ``runner`` and compare them."""
+def smoke(config: Path, steps: int, overrides: list[str], runner: Runner, nproc: int = 1,
+          gradients: Callable[[], GradParity] | None = None) -> SmokeResult:
+    """Run both arms through ``runner`` and compare them; ``gradients()`` (run first, in this
+    process) gives the step-1 gradient parity."""
     recipe = load_recipe_config(config, overrides)
     dtype = training_dtype(recipe.model.dtype)
     loss_tol, gn_tol = TOLERANCES[dtype]
+    grads = gradients() if gradients is not None else None
     base = [*overrides, f"train.steps={steps}", "train.progress=false"]
     off = summarize(runner(config, [*base, "model.liger_kernel.enabled=false"], nproc=nproc), 0)
     on = summarize(runner(config, [*base, "model.liger_kernel.enabled=true"], nproc=nproc), 0)
-    return SmokeResult(str(config), dtype, loss_tol, gn_tol, off, on)
+    return SmokeResult(str(config), dtype, loss_tol, gn_tol, off, on, grads)
 
 
 def write_outputs(result: SmokeResult, out: Path) -> list[Path]:

@@ -39,11 +39,13 @@ class Runnable:
     model: nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    config: Any = None
 
     def loss(self) -> torch.Tensor:
-        """A scalar with a non-trivial gradient for every parameter that reaches the output."""
+        """A scalar with a non-trivial gradient for every parameter that reaches the output: a fixed
+        random projection of the output (the same on every device)."""
         out = first_tensor(self.model(*self.args, **self.kwargs))
-        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.device)
         return (out.float() * weights).sum()
 
 
@@ -83,6 +85,15 @@ def _model_classes(module: types.ModuleType) -> list[type]:
         return next((i for i, suffix in enumerate(_PREFERRED) if cls.__name__.endswith(suffix)), len(_PREFERRED))
 
     return sorted(classes, key=rank)
+
+
+def build_model_class(cls: type, config: Any) -> nn.Module:
+    """``cls`` built from ``config`` the way the probes build it (float32, seeded); raises
+    :class:`Unrunnable` when it does not build."""
+    model = _build(cls, config)
+    if model is None:
+        raise Unrunnable(f"{cls.__name__} does not build from this config")
+    return model
 
 
 def _build(cls: type, config: Any) -> nn.Module | None:
@@ -177,7 +188,7 @@ def runnable_model(module: types.ModuleType, config: Any, watch: Watch) -> Runna
                 continue
             model.train()
             for args, kwargs in _input_candidates(cfg, module, model):
-                candidate = Runnable(model, args, kwargs)
+                candidate = Runnable(model, args, kwargs, cfg)
                 with watch(model) as used:
                     try:
                         with torch.no_grad():

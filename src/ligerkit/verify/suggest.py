@@ -17,6 +17,7 @@ from typing import Any
 from torch import nn
 
 from ligerkit.errors import LigerKitError
+from ligerkit.hf import SMALL_DIMS, config_class_of, small_config
 from ligerkit.verify.aliasing import in_place_hazard
 from ligerkit.verify.catalog import Replacement, by_kind, twin
 from ligerkit.verify.probe import MATCH, UNPROBED, ProbeResult, probe
@@ -25,10 +26,6 @@ _NORM = re.compile(r"Norm$")
 _MLP = re.compile(r"(MLP|FeedForward|FFN)$")
 _ROPE = re.compile(r"^apply_(multimodal_)?rotary_pos_emb$")
 _CONFIG_ATTR = re.compile(r"config\.(\w+)")
-SMALL_DIMS = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                  head_dim=16, num_hidden_layers=2, vocab_size=256)
-
-
 class SuggestError(LigerKitError):
     """The module or config for ``suggest`` cannot be loaded."""
 
@@ -60,11 +57,20 @@ class Suggestion:
     module: str
     config: str
     candidates: list[Candidate]
+    module_object: types.ModuleType | None = field(default=None, repr=False, compare=False)
+    config_object: Any = field(default=None, repr=False, compare=False)
 
     @property
     def matched(self) -> list[Candidate]:
         """The verified candidates."""
         return [c for c in self.candidates if c.verdict == MATCH]
+
+    def groups(self) -> dict[str, list[Candidate]]:
+        """The verified candidates by ``custom_patches`` key, in order."""
+        groups: dict[str, list[Candidate]] = {}
+        for c in self.matched:
+            groups.setdefault(c.module_name or c.kind, []).append(c)
+        return groups
 
     def patches_code(self) -> str:
         """A ready-to-paste ``custom_patches`` map of the verified candidates, as Python."""
@@ -73,10 +79,7 @@ class Suggestion:
         used = {c.replacement for c in self.matched}
         lines = [f"from {r.module_path} import {r.name}" for r in CATALOG if r.name in used]
         lines += ["", "from ligerkit import LigerPatch", "", "custom_patches = {"]
-        groups: dict[str, list[Candidate]] = {}
-        for c in self.matched:
-            groups.setdefault(c.module_name or c.kind, []).append(c)
-        for key, items in groups.items():
+        for key, items in self.groups().items():
             patches = [f'LigerPatch("{self.module}", "{c.symbol}", {c.replacement})' for c in items]
             value = patches[0] if len(patches) == 1 else "[\n        " + ",\n        ".join(patches) + ",\n    ]"
             lines.append(f'    "{key}": {value},')
@@ -110,21 +113,11 @@ def load_module(spec: str) -> types.ModuleType:
         raise SuggestError(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
 
 
-def _default_config_class(module: types.ModuleType) -> type | None:
-    classes = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
-    for suffix in ("ForCausalLM", "ForConditionalGeneration", "Model"):
-        for cls in classes:
-            config_class = getattr(cls, "config_class", None)
-            if cls.__name__.endswith(suffix) and isinstance(config_class, type):
-                return config_class
-    return None
-
-
 def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str, Any] | None = None) -> Any:
     """A small config: ``pkg.Class`` / ``pkg.module:Class``, a JSON file, or the module's own config class."""
     overrides = overrides or {}
     if spec is None:
-        cls = _default_config_class(module)
+        cls = config_class_of(module)
         return _small(cls, overrides) if cls is not None else None
     path = Path(spec)
     if path.suffix == ".json" and path.is_file():
@@ -143,29 +136,11 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
 
 
 def _small(cls: type, overrides: dict[str, Any]) -> Any:
-    """The config class at small dimensions (falling back to fewer overrides if it objects)."""
-    config = _small_config(cls, overrides)
-    pad = getattr(config, "pad_token_id", None)
-    if isinstance(pad, int) and pad >= SMALL_DIMS["vocab_size"] and "pad_token_id" not in overrides:
-        config.pad_token_id = 0  # keep the padding index inside the small vocabulary
-    return config
-
-
-def _small_config(cls: type, overrides: dict[str, Any]) -> Any:
-    fields = inspect.signature(cls).parameters
-    attempts = [
-        {**SMALL_DIMS, **overrides},
-        {k: v for k, v in {**SMALL_DIMS, **overrides}.items() if k in fields or k in overrides},
-        {**{k: v for k, v in SMALL_DIMS.items() if k != "num_key_value_heads"}, **overrides},
-        dict(overrides),
-    ]
-    error: Exception | None = None
-    for kwargs in attempts:
-        try:
-            return cls(**kwargs)
-        except Exception as exc:  # config validators reject some combinations; try the next
-            error = exc
-    raise SuggestError(f"cannot build {cls.__name__} with small dimensions: {error}")
+    """The config class at small dimensions, as a :class:`SuggestError` when it cannot be built."""
+    try:
+        return small_config(cls, overrides)
+    except ValueError as exc:
+        raise SuggestError(str(exc)) from exc
 
 
 def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
@@ -296,4 +271,4 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
             candidates.append(Candidate(name, kind, "leave_off", None, reason + _config_terms(obj, config),
                                         None, results))
     label = type(config).__name__ if config is not None else "none"
-    return Suggestion(module.__name__, label, candidates)
+    return Suggestion(module.__name__, label, candidates, module, config)

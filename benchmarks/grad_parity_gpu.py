@@ -1,0 +1,117 @@
+"""GPU proof by gradients: recipes, ``suggest`` maps of transformers families, and a known-bad map.
+
+For each target, one process builds the same model three times (float32 unpatched = truth, bfloat16
+unpatched = eager, bfloat16 with Liger's swaps) from the same weights and batch, and compares every
+parameter tensor's gradient against float32 (``ligerkit.validate.grads``): a tensor fails when its
+relative error exceeds 2 x eager's + 0.01.
+
+- recipes: each recipe's ``configs/gpu.yaml`` (the recipe's model at its GPU shape, one sample),
+  through ``recipe_grad_parity`` (what ``ligerkit smoke`` runs first);
+- families: the ``custom_patches`` map ``ligerkit suggest`` prints for each module, on a small model
+  of it (``ligerkit suggest MODULE --gpu``);
+- olmo2 with plain ``LigerRMSNorm`` (in-place backward under a residual add), forced past the kit's
+  refusal with ``probe=False``: it must fail the check.
+
+    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+RECIPES = ("qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama")
+# Liger registry families, mapped by suggest as if they had no helper, beside the hand-labelled ones.
+REGISTRY_MODULES = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma", "gemma2", "glm4", "phi3",
+                    "granite", "exaone4", "smollm3", "ministral", "qwen3_moe", "mixtral")
+
+
+def family_modules() -> dict[str, str]:
+    """Family name -> modeling module: the 20 hand-labelled families and the registry ones."""
+    from verify_expectations import FAMILIES
+
+    modules = {name: spec["module"] for name, spec in FAMILIES.items()}
+    modules.update({name: f"transformers.models.{name}.modeling_{name}" for name in REGISTRY_MODULES})
+    return modules
+
+
+def _row(target: str, run) -> dict:  # noqa: ANN001
+    start = time.perf_counter()
+    try:
+        row = run()
+    except Exception as exc:  # one failing target must not hide the others
+        row = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
+    row.update(target=target, seconds=round(time.perf_counter() - start, 1))
+    print(json.dumps({k: v for k, v in row.items() if k not in ("tensors", "trace")}), flush=True)
+    return row
+
+
+def _parity(result) -> dict:  # noqa: ANN001
+    data = result.to_dict()
+    data["worst"] = [t.__dict__ for t in result.worst(5)]
+    data["tensors"] = len(result.tensors)
+    return data
+
+
+def recipes() -> list[dict]:
+    from ligerkit.validate.recipe_grads import recipe_grad_parity
+
+    device = torch.device("cuda")
+    return [_row(name, lambda name=name: _parity(recipe_grad_parity(ROOT / "recipes" / name / "configs" / "gpu.yaml",
+                                                                    [], device)))
+            for name in RECIPES]
+
+
+def families() -> list[dict]:
+    from ligerkit.validate.recipe_grads import map_grad_parity, suggested_patches
+    from ligerkit.verify.suggest import suggest
+
+    def one(module: str) -> dict:
+        found = suggest(module)
+        patches = suggested_patches(found)
+        if not patches:
+            return {"map": {}, "passed": None, "note": "suggest verified nothing"}
+        result = map_grad_parity(found.module_object, found.config_object, patches, torch.device("cuda"))
+        return {"map": {k: [f"{p.attr} -> {getattr(p.replacement, '__name__', p.replacement)}" for p in v]
+                        for k, v in patches.items()}, **_parity(result)}
+
+    return [_row(name, lambda module=module: one(module)) for name, module in family_modules().items()]
+
+
+def olmo2_plain_norm() -> list[dict]:
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    from transformers.models.olmo2 import modeling_olmo2
+
+    from ligerkit import LigerPatch
+    from ligerkit.validate.recipe_grads import map_grad_parity
+    from ligerkit.verify.runnable import module_config
+
+    patches = {"rms_norm": LigerPatch(modeling_olmo2.__name__, "Olmo2RMSNorm", LigerRMSNorm)}
+    config = module_config(modeling_olmo2, None)
+    return [_row("olmo2 + plain LigerRMSNorm (probe=False)",
+                 lambda: _parity(map_grad_parity(modeling_olmo2, config, patches, torch.device("cuda"), probe=False)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--only", choices=("recipes", "families", "olmo2"))
+    args = parser.parse_args()
+    parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm}
+    chosen = [args.only] if args.only else list(parts)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              **{name: parts[name]() for name in chosen}}
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

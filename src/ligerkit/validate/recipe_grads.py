@@ -1,0 +1,125 @@
+"""Gradient parity for a recipe config and for a ``custom_patches`` map, in one process.
+
+``recipe_grad_parity`` builds the recipe's own model three times through its engine (float32 with
+Liger off, the training dtype with Liger off, the training dtype with Liger on: the engine applies
+the kit, builds, scans), takes the standard token loss of the recipe's first sample, and reverts the
+kit after the patched arm. ``map_grad_parity`` does the same for a modeling module and a map, on a
+small model of the module (``ligerkit suggest --gpu``).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ligerkit.engine.engine import Engine, token_loss_sum, valid_tokens
+from ligerkit.engine.model_kit import resolve_dtype
+from ligerkit.engine.recipe import load_engine
+from ligerkit.kit.core import LigerKernelKit
+from ligerkit.kit.custom import CustomPatches, LigerPatch
+from ligerkit.validate.grads import GradParity, GradTolerance, grad_parity
+from ligerkit.verify.catalog import by_name
+from ligerkit.verify.runnable import Runnable, build_model_class, runnable_model
+from ligerkit.verify.suggest import Suggestion
+
+LIGER_ON = ("model.liger_kernel.enabled=true",)
+
+
+def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.device,
+                       tolerance: GradTolerance | None = None,
+                       patched_overrides: tuple[str, ...] = LIGER_ON) -> GradParity:
+    """Per-tensor gradients of the recipe with Liger on vs off, both against float32 (see ``grads``).
+
+    ``patched_overrides`` select the patched arm (Liger on); a CPU test passes Liger-off overrides
+    to check the mechanics where Liger's kernels cannot run.
+    """
+    off = [*overrides, "model.liger_kernel.enabled=false"]
+    engines = {"float32": load_engine(config, [*off, "model.dtype=float32"]), "eager": load_engine(config, off),
+               "patched": load_engine(config, [*overrides, *patched_overrides])}
+    dtype = resolve_dtype(engines["eager"].config.model.dtype, device)
+    current = {"arm": "float32"}
+    order = iter(("float32", "eager"))
+
+    def build() -> nn.Module:
+        arm = current["arm"] = next(order, "patched")
+        return engines[arm].prepare_model(device)
+
+    def loss(model: nn.Module) -> torch.Tensor:
+        engine: Engine = engines[current["arm"]]
+        vocab = model.get_output_embeddings().weight.shape[0]
+        batch = engine.device_batch(engine.make_batch(0, 1, vocab), device)
+        count = max(valid_tokens(batch["labels"]), 1)
+        return token_loss_sum(engine.forward_logits(model, batch), batch["labels"]) / count
+
+    @contextmanager
+    def patched() -> Iterator[None]:
+        try:
+            yield
+        finally:
+            engines["patched"].kit.revert()
+
+    return grad_parity(build, loss, patched, dtype, tolerance)
+
+
+def map_grad_parity(module: types.ModuleType, config: Any, custom_patches: CustomPatches, device: torch.device,
+                    tolerance: GradTolerance | None = None, probe: bool = True) -> GradParity:
+    """Per-tensor gradients of a small model of ``module`` with ``custom_patches`` applied vs not.
+
+    The model is the cheapest one of the module that runs (``runnable``), rebuilt per arm on
+    ``device``; the loss is a fixed random projection of its output. ``probe=False`` applies a map
+    the kit would refuse, to show what the check then finds.
+    """
+    classes = tuple(obj for obj in _originals(module, custom_patches) if isinstance(obj, type))
+
+    def watch(model: nn.Module) -> Any:
+        uses = not classes or any(isinstance(m, classes) for m in model.modules())
+        return nullcontext(lambda: uses)
+
+    found = runnable_model(module, config, watch)
+    kit = LigerKernelKit()
+    inputs = Runnable(found.model, *_on(device, found.args, found.kwargs))
+
+    def build() -> nn.Module:
+        model = build_model_class(type(found.model), found.config)
+        if kit.active:
+            kit.verify(model)
+        return model.to(device)
+
+    def loss(model: nn.Module) -> torch.Tensor:
+        return Runnable(model, inputs.args, inputs.kwargs).loss()
+
+    @contextmanager
+    def patched() -> Iterator[None]:
+        with kit.applied(model_family=module.__name__, custom_patches=custom_patches, config=config, probe=probe):
+            yield
+
+    return grad_parity(build, loss, patched, torch.bfloat16, tolerance)
+
+
+def suggested_patches(suggestion: Suggestion) -> dict[str, list[LigerPatch]]:
+    """The ``custom_patches`` map a suggestion prints, as objects."""
+    return {key: [LigerPatch(suggestion.module, c.symbol, by_name(c.replacement).obj) for c in items]
+            for key, items in suggestion.groups().items() if all(c.replacement for c in items)}
+
+
+def _originals(module: types.ModuleType, custom_patches: CustomPatches) -> list[object]:
+    """The objects the map's patches on ``module`` replace (``None`` for a patch elsewhere)."""
+    found: list[object] = []
+    for value in custom_patches.values():
+        for patch in value if isinstance(value, (list, tuple)) else [value]:
+            owner: object = module if patch.module == module.__name__ else None
+            for part in patch.attr.split(".") if owner is not None else ():
+                owner = getattr(owner, part, None)
+            found.append(owner)
+    return found
+
+
+def _on(device: torch.device, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    move = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
