@@ -2,7 +2,7 @@
 
 For each target, one process builds the same model three times (float32 unpatched = truth, bfloat16
 unpatched = eager, bfloat16 with Liger's swaps) from the same weights and batch, and compares every
-parameter tensor's gradient against float32 (``ligerkit.validate.grads``): a tensor fails when its
+parameter tensor's gradient against float32 (``ligerkit.proof.grads``): a tensor fails when its
 relative error exceeds 2 x eager's + 0.01.
 
 - recipes: each recipe's ``configs/gpu.yaml`` (the recipe's model at its GPU shape, one sample),
@@ -12,7 +12,10 @@ relative error exceeds 2 x eager's + 0.01.
 - olmo2 with plain ``LigerRMSNorm`` (in-place backward under a residual add), forced past the kit's
   refusal with ``probe=False``: it must fail the check.
 
-    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2]
+- ``--ablate FAMILY``: the family's suggested map one key at a time (which kernel moves a failing
+  tensor).
+
+    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2] [--ablate FAMILY]
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def _parity(result) -> dict:  # noqa: ANN001
 
 
 def recipes() -> list[dict]:
-    from ligerkit.validate.recipe_grads import recipe_grad_parity
+    from ligerkit.proof.recipe_grads import recipe_grad_parity
 
     device = torch.device("cuda")
     return [_row(name, lambda name=name: _parity(recipe_grad_parity(ROOT / "recipes" / name / "configs" / "gpu.yaml",
@@ -71,9 +74,19 @@ def recipes() -> list[dict]:
             for name in RECIPES]
 
 
+def ablate(family: str) -> list[dict]:
+    from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
+    from ligerkit.suggest import suggest
+
+    found = suggest(family_modules()[family])
+    patches = suggested_patches(found)
+    return [_row(f"{family}: {key} only", lambda key=key: _parity(map_grad_parity(
+        found.module_object, found.config_object, {key: patches[key]}, torch.device("cuda")))) for key in patches]
+
+
 def families() -> list[dict]:
-    from ligerkit.validate.recipe_grads import map_grad_parity, suggested_patches
-    from ligerkit.verify.suggest import suggest
+    from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
+    from ligerkit.suggest import suggest
 
     def one(module: str) -> dict:
         found = suggest(module)
@@ -92,8 +105,8 @@ def olmo2_plain_norm() -> list[dict]:
     from transformers.models.olmo2 import modeling_olmo2
 
     from ligerkit import LigerPatch
-    from ligerkit.validate.recipe_grads import map_grad_parity
-    from ligerkit.verify.runnable import module_config
+    from ligerkit.proof.recipe_grads import map_grad_parity
+    from ligerkit.probe.runnable import module_config
 
     patches = {"rms_norm": LigerPatch(modeling_olmo2.__name__, "Olmo2RMSNorm", LigerRMSNorm)}
     config = module_config(modeling_olmo2, None)
@@ -105,9 +118,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", choices=("recipes", "families", "olmo2"))
+    parser.add_argument("--ablate", metavar="FAMILY")
     args = parser.parse_args()
     parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm}
     chosen = [args.only] if args.only else list(parts)
+    if args.ablate:
+        parts["ablate"] = lambda: ablate(args.ablate)
+        chosen.append("ablate")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               **{name: parts[name]() for name in chosen}}
     Path(args.out).write_text(json.dumps(result, indent=2))

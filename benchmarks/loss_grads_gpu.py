@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ligerkit.engine.engine import token_loss_sum, valid_tokens
-from ligerkit.engine.recipe import load_engine
+from ligerkit.loss import token_loss_sum, valid_tokens
+from ligerkit.train.loading import load_engine
 from ligerkit.loss import fused_linear_token_loss, output_head
 
 

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ligerkit.validate.compare import loss_gap, summarize
+from ligerkit.proof.arms import loss_gap, summarize
 
 VARIANTS = ("engine", "liger_sum_then_scale", "padded_labels")
 

@@ -15,8 +15,8 @@ import json
 
 import torch
 
-from ligerkit.engine.engine import StepModule
-from ligerkit.engine.recipe import load_engine
+from ligerkit.train.step import StepModule
+from ligerkit.train.loading import load_engine
 
 GIB = 2**30
 

@@ -33,7 +33,7 @@ SPEED_DIMS = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28
 def _family_config(family: str, dims: dict | None) -> tuple[object, object]:
     from verify_expectations import FAMILIES
 
-    from ligerkit.verify.suggest import load_config, load_module
+    from ligerkit.suggest import load_config, load_module
 
     spec = FAMILIES[family]
     module = load_module(spec["module"])
@@ -44,8 +44,8 @@ def _patches(family: str, dims: dict | None) -> tuple[dict, object]:
     from verify_expectations import FAMILIES
 
     from ligerkit import LigerPatch
-    from ligerkit.verify.catalog import CATALOG
-    from ligerkit.verify.suggest import suggest
+    from ligerkit.probe.catalog import CATALOG
+    from ligerkit.suggest import suggest
 
     spec = FAMILIES[family]
     found = suggest(spec["module"], spec["config_class"], dims)

@@ -1,4 +1,4 @@
-"""Engine: configs, overrides, data, the token-normalized loss, FSDP2 on two CPU processes."""
+"""Training: configs, overrides, data, the token-normalized loss, FSDP2 on two CPU processes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ligerkit.engine.config import ConfigError, load_recipe_config, validate_config
-from ligerkit.engine.data import IGNORE_INDEX, ByteTokenizer, text_batch
-from ligerkit.engine.engine import StepModule, token_loss_sum
-from ligerkit.engine.recipe import load_engine
+from ligerkit.train.config import ConfigError, load_recipe_config, validate_config
+from ligerkit.train.data import IGNORE_INDEX, ByteTokenizer, text_batch
+from ligerkit.loss import token_loss_sum
+from ligerkit.train import Trainer
+from ligerkit.train.step import StepModule
+from ligerkit.train.loading import load_engine
 from helpers import GradCapture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +34,7 @@ def test_there_are_six_recipes_with_cpu_and_gpu_configs():
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_every_shipped_config_loads(path):
     config = load_recipe_config(path)
-    assert config.model.liger_kernel.loss == "off"
+    assert config.train.loss.path == "standard"
 
 
 def test_unknown_keys_are_rejected_with_their_path():
@@ -74,10 +76,10 @@ def test_data_is_deterministic_padded_and_ignored_at_padding():
 def test_engine_loss_is_token_normalized_over_the_whole_step():
     """Two micro-batches with different valid-token counts: loss = sum CE / total valid tokens."""
     engine = load_engine(QWEN3_CPU, ["train.progress=false"])
-    model = engine.prepare_model(torch.device("cpu"))
+    model = engine.setup_model(torch.device("cpu"))
     reference = load_engine(QWEN3_CPU).prepare_model(torch.device("cpu"))
     reference.load_state_dict(model.state_dict())
-    batches = engine.micro_batches(step=0, vocab_size=320)
+    batches = Trainer(engine).micro_batches(step=0, vocab_size=320)
     batches[1]["labels"][:, :40] = IGNORE_INDEX  # far fewer valid tokens in the second micro-batch
     counts = [int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in batches]
     assert counts[0] > 2 * counts[1] > 0
@@ -93,7 +95,7 @@ def test_engine_loss_is_token_normalized_over_the_whole_step():
 
     capture = GradCapture(model)
     engine.config = engine.config.model_copy(update={"train": engine.config.train.model_copy(update={"grad_clip": 0})})
-    loss, _, tokens = engine.train_step(StepModule(engine, model), capture, batches, torch.device("cpu"))
+    loss, _, tokens = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
     grads = capture.grads
     assert tokens == total
     assert loss == pytest.approx(hand.item(), rel=1e-6)
@@ -132,10 +134,10 @@ def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
     saved.save_pretrained(tmp_path / "ckpt")
     engine = load_engine(QWEN3_CPU, ["model.source=pretrained", f"model.pretrained_path={tmp_path / 'ckpt'}",
                                      "train.steps=2", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"])
-    model = engine.prepare_model(torch.device("cpu"))
+    model = engine.setup_model(torch.device("cpu"))
     torch.testing.assert_close(model.state_dict()["model.norm.weight"], saved.state_dict()["model.norm.weight"])
     torch.testing.assert_close(model.lm_head.weight, saved.lm_head.weight)
-    result = engine.train(torch.device("cpu"))
+    result = Trainer(engine).train(torch.device("cpu"))
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [0, 1]
     assert json.loads(lines[0])["loss"] == pytest.approx(result.steps[0].loss)
@@ -147,10 +149,10 @@ def test_pretrained_source_needs_a_path():
 
 
 def test_mfu_counts_matmuls_and_attention():
-    from ligerkit.engine.flops import flops_per_token
+    from ligerkit.train.flops import flops_per_token
 
     engine = load_engine(QWEN3_CPU)
-    model = engine.prepare_model(torch.device("meta"))
+    model = engine.setup_model(torch.device("meta"))
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     expected = 6 * linear + 12 * 2 * 4 * 16 * 64  # layers x heads x head_dim x seq_len
     assert flops_per_token(model, 64) == expected
@@ -158,16 +160,16 @@ def test_mfu_counts_matmuls_and_attention():
 
 def _step_grads(recipe_config: Path, overrides: list[str], batches) -> tuple[float, dict[str, torch.Tensor]]:
     engine = load_engine(recipe_config, ["train.progress=false", "train.grad_clip=0", *overrides])
-    model = engine.prepare_model(torch.device("cpu"))
+    model = engine.setup_model(torch.device("cpu"))
     capture = GradCapture(model)
-    loss, _, _ = engine.train_step(StepModule(engine, model), capture, batches, torch.device("cpu"))
+    loss, _, _ = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
     return loss, capture.grads
 
 
 @pytest.mark.parametrize("recipe", ["qwen3", "custom_lm"])
 def test_dropping_a_right_padding_mask_keeps_loss_and_gradients(recipe):
     config = ROOT / "recipes" / recipe / "configs" / "cpu.yaml"
-    batches = load_engine(config).micro_batches(step=0, vocab_size=320)
+    batches = Trainer(load_engine(config)).micro_batches(step=0, vocab_size=320)
     assert any(bool((b["attention_mask"] == 0).any()) for b in batches)  # padding is really there
     kept = _step_grads(config, ["train.drop_right_padding_mask=false"], batches)
     dropped = _step_grads(config, ["train.drop_right_padding_mask=true"], batches)
@@ -177,7 +179,7 @@ def test_dropping_a_right_padding_mask_keeps_loss_and_gradients(recipe):
 
 
 def test_dropping_the_mask_leaves_it_out_of_the_model_inputs():
-    from ligerkit.engine.engine import drop_right_padding_mask
+    from ligerkit.train.step import drop_right_padding_mask
 
     batch = text_batch(load_recipe_config(QWEN3_CPU).data, 320, seed=0, start=0, size=4)
     out = drop_right_padding_mask(batch)
@@ -185,7 +187,7 @@ def test_dropping_the_mask_leaves_it_out_of_the_model_inputs():
 
 
 def test_dropping_a_mask_that_matters_is_refused():
-    from ligerkit.engine.engine import drop_right_padding_mask
+    from ligerkit.train.step import drop_right_padding_mask
     from ligerkit.errors import LigerKitError
 
     batch = text_batch(load_recipe_config(QWEN3_CPU).data, 320, seed=0, start=0, size=4)
@@ -199,14 +201,14 @@ def test_dropping_a_mask_that_matters_is_refused():
 
 def test_adamw_is_fused_only_on_cuda():
     engine = load_engine(QWEN3_CPU, ["model.liger_kernel.enabled=false"])
-    model = engine.prepare_model(torch.device("cpu"))
-    assert not engine.prepare_optimizer(model).defaults["fused"]  # the CPU keeps the multi-tensor AdamW
+    model = engine.setup_model(torch.device("cpu"))
+    assert not Trainer(engine).optimizer(model).defaults["fused"]  # the CPU keeps the multi-tensor AdamW
 
 
 def test_the_engine_builds_models_without_a_kv_cache():
     engine = load_engine(QWEN3_CPU, ["model.liger_kernel.enabled=false"])
-    model = engine.prepare_model(torch.device("cpu"))
-    batch = engine.micro_batches(step=0, vocab_size=320)[0]
+    model = engine.setup_model(torch.device("cpu"))
+    batch = Trainer(engine).micro_batches(step=0, vocab_size=320)[0]
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     assert out.past_key_values is None
     assert model.config.use_cache is False
@@ -215,14 +217,15 @@ def test_the_engine_builds_models_without_a_kv_cache():
 def test_deterministic_mode_is_on_while_training_and_restored_after(monkeypatch):
     engine = load_engine(QWEN3_CPU, ["train.steps=2", "train.progress=false", "train.deterministic=true"])
     seen = []
-    original = engine._train
+    trainer = Trainer(engine)
+    original = trainer._train
 
     def spy(device):
         seen.append(torch.are_deterministic_algorithms_enabled())
         return original(device)
 
-    monkeypatch.setattr(engine, "_train", spy)
-    engine.train(torch.device("cpu"))
+    monkeypatch.setattr(trainer, "_train", spy)
+    trainer.train(torch.device("cpu"))
     assert seen == [True]
     assert not torch.are_deterministic_algorithms_enabled()
     assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == ":4096:8"
@@ -236,7 +239,7 @@ def test_gradient_norm_is_taken_in_float32_and_clips_to_it():
         p.grad = (torch.randn_like(p, dtype=torch.float32) * 3).to(torch.bfloat16)
     want = torch.linalg.vector_norm(torch.cat([p.grad.float().reshape(-1) for p in model.parameters()])).item()
     bf16_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
-    norm = engine._clip(model)
+    norm = Trainer(engine).clip(model)
     assert norm == pytest.approx(want, rel=1e-6)
     assert abs(bf16_norm - want) > abs(norm - want)  # the bf16 norm is a coarse rounding of it
     clipped = torch.linalg.vector_norm(torch.cat([p.grad.float().reshape(-1) for p in model.parameters()])).item()
@@ -249,6 +252,6 @@ def test_no_clipping_still_reports_the_norm_and_leaves_gradients_alone():
     for p in model.parameters():
         p.grad = torch.full_like(p, 10.0)
     before = [p.grad.clone() for p in model.parameters()]
-    assert engine._clip(model) == pytest.approx(10.0 * (8 * 4 + 4) ** 0.5, rel=1e-6)
+    assert Trainer(engine).clip(model) == pytest.approx(10.0 * (8 * 4 + 4) ** 0.5, rel=1e-6)
     for p, b in zip(model.parameters(), before, strict=True):
         assert torch.equal(p.grad, b)

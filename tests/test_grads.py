@@ -10,11 +10,11 @@ import torch
 from typer.testing import CliRunner
 
 from ligerkit.cli import app
-from ligerkit.validate import parity
-from ligerkit.validate.grads import GradParity, TensorError, grad_parity
-from ligerkit.validate.recipe_grads import recipe_grad_parity
-from ligerkit.verify.aliasing import _GradIntoGradOutput
-from ligerkit.verify.tolerance import GradTolerance, relative_error
+from ligerkit.proof import smoke
+from ligerkit.proof.grads import GradParity, TensorError, grad_parity
+from ligerkit.proof.recipe_grads import recipe_grad_parity
+from ligerkit.probe.aliasing import _GradIntoGradOutput
+from ligerkit.probe.tolerance import GradTolerance, relative_error
 from test_proof import GPU_CONFIG, FakeRunner, run
 from toy_models import modeling_layouts as L
 
@@ -97,7 +97,7 @@ def test_recipe_grad_parity_builds_three_arms_of_the_recipes_own_model():
 def test_smoke_fails_when_the_gradients_fail_even_if_the_loss_curves_agree(tmp_path):
     bad = GradParity([TensorError("layers.0.norm.weight", 0.01, 5.0, 0.03)], {"float32": 1.0})
     runner = FakeRunner(lambda overrides: run([5.0, 4.0], [2.0, 1.5], [1, 1], 1.0))
-    result = parity.smoke(GPU_CONFIG, 2, [], runner, gradients=lambda: bad)
+    result = smoke.smoke(GPU_CONFIG, 2, [], runner, gradients=lambda: bad)
     assert max(result.loss_gaps) == 0 and not result.passed
     record = result.to_dict()
     assert record["gradients"]["failures"] == ["layers.0.norm.weight"] and record["passed"] is False

@@ -20,9 +20,9 @@ from ligerkit.errors import InPlaceBackwardError
 from ligerkit.kit.checks import writes_in_place
 from ligerkit.kit.families import all_families
 from ligerkit.kit.snapshot import MISSING, Snapshot, import_all, owners_of
-from ligerkit.verify.aliasing import FORWARD_AND_BACKWARD, in_place_hazard
-from ligerkit.verify.catalog import CATALOG, by_name
-from ligerkit.verify.suggest import suggest
+from ligerkit.probe.aliasing import FORWARD_AND_BACKWARD, in_place_hazard
+from ligerkit.probe.catalog import CATALOG, by_name
+from ligerkit.suggest import suggest
 from toy_models import modeling_layouts as L
 
 LAYOUTS = "toy_models.modeling_layouts"

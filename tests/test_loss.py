@@ -9,10 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ligerkit.engine.config import ConfigError, load_recipe_config
-from ligerkit.engine.data import IGNORE_INDEX
-from ligerkit.engine.engine import StepModule
-from ligerkit.engine.recipe import load_engine
+from ligerkit.train.config import ConfigError, load_recipe_config
+from ligerkit.train.data import IGNORE_INDEX
+from ligerkit.train.step import StepModule
+from ligerkit.train import Trainer
+from ligerkit.train.loading import load_engine
 from ligerkit.loss import FusedLossRefusedError, fused_linear_token_loss, output_head
 from ligerkit.loss.wiring import check_head_reproduces_logits
 from helpers import GradCapture
@@ -86,11 +87,11 @@ def test_engine_fused_path_equals_standard_across_uneven_micro_batches(tie):
     results = {}
     for loss in ("off", "fused"):
         engine = load_engine(QWEN3_CPU, [f"model.liger_kernel.loss={loss}", f"model.config.tie_word_embeddings={tie}"])
-        model = engine.prepare_model(torch.device("cpu"))
-        batches = engine.micro_batches(step=0, vocab_size=320)
+        model = engine.setup_model(torch.device("cpu"))
+        batches = Trainer(engine).micro_batches(step=0, vocab_size=320)
         batches[1]["labels"][:, :50] = IGNORE_INDEX
         capture = GradCapture(model)
-        value, _, _ = engine.train_step(StepModule(engine, model), capture, batches, torch.device("cpu"))
+        value, _, _ = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
         results[loss] = (value, capture.grads)
     assert results["fused"][0] == pytest.approx(results["off"][0], rel=1e-6)
     for name, grad in results["off"][1].items():
@@ -155,7 +156,7 @@ def test_non_linear_head_is_refused():
 def test_fused_with_liger_loss_kernels_left_on_is_rejected():
     with pytest.raises(ConfigError, match="no double patching"):
         load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=fused", "model.liger_kernel.excluded_modules=[]"])
-    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=off"]).model.liger_kernel.loss == "off"
+    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=off"]).train.loss.path == "standard"
 
 
 @pytest.mark.parametrize("recipe", ["qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm", "diffllama"])
@@ -164,7 +165,7 @@ def test_every_recipe_trains_the_same_on_both_loss_paths(recipe):
     for loss in ("off", "fused"):
         engine = load_engine(ROOT / "recipes" / recipe / "configs" / "cpu.yaml",
                              ["train.progress=false", "train.steps=2", f"model.liger_kernel.loss={loss}"])
-        losses[loss] = [s.loss for s in engine.train(torch.device("cpu")).steps]
+        losses[loss] = [s.loss for s in Trainer(engine).train(torch.device("cpu")).steps]
     assert losses["fused"] == pytest.approx(losses["off"], rel=1e-5)
 
 
@@ -175,7 +176,7 @@ def test_mixed_precision_trains_and_both_loss_paths_agree_under_autocast():
                        ("fused", ["train.autocast_bf16=true", "model.liger_kernel.loss=fused"]),
                        ("fp32", ["train.autocast_bf16=false"])):
         engine = load_engine(QWEN3_CPU, ["train.progress=false", "train.steps=6", "model.dtype=float32", *sets])
-        losses[name] = [s.loss for s in engine.train(torch.device("cpu")).steps]
+        losses[name] = [s.loss for s in Trainer(engine).train(torch.device("cpu")).steps]
     assert losses["off"][-1] < losses["off"][0]
     assert losses["fused"] == pytest.approx(losses["off"], abs=1e-4)
     assert losses["off"] != losses["fp32"], "autocast must change the arithmetic"
@@ -224,14 +225,14 @@ def test_the_weight_gradient_is_rounded_down_inside_its_own_storage(dtype, monke
 
 
 def test_the_chunk_setting_needs_the_fused_path():
-    with pytest.raises(ConfigError, match="loss_chunk_tokens"):
+    with pytest.raises(ConfigError, match="chunk_tokens"):
         load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss_chunk_tokens=64"])
-    with pytest.raises(ConfigError, match="loss_chunk_tokens"):
+    with pytest.raises(ConfigError, match="chunk_tokens"):
         load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=fused", "model.liger_kernel.loss_chunk_tokens=0"])
 
 
 def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
-    import ligerkit.loss
+    import ligerkit.loss.choice
 
     seen = []
 
@@ -239,15 +240,15 @@ def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
         seen.append(kwargs["chunk_tokens"])
         return fused_linear_token_loss(*args, **kwargs)
 
-    monkeypatch.setattr(ligerkit.loss, "fused_linear_token_loss", spy)
+    monkeypatch.setattr(ligerkit.loss.choice, "fused_linear_token_loss", spy)
     sets = ["train.progress=false", "train.steps=2", "model.liger_kernel.loss=fused"]
     engine = load_engine(QWEN3_CPU, [*sets, "model.liger_kernel.loss_chunk_tokens=48"])
-    chunked = [s.loss for s in engine.train(torch.device("cpu")).steps]
+    chunked = [s.loss for s in Trainer(engine).train(torch.device("cpu")).steps]
     assert "48 rows of logits at a time" in engine.loss_path()
     assert seen and set(seen) == {48}
     default = load_engine(QWEN3_CPU, sets)
     assert "512 rows" in default.loss_path()
-    assert [s.loss for s in default.train(torch.device("cpu")).steps] == pytest.approx(chunked, rel=1e-6)
+    assert [s.loss for s in Trainer(default).train(torch.device("cpu")).steps] == pytest.approx(chunked, rel=1e-6)
 
 
 def test_the_gpu_loop_hands_its_gradients_out_once_scaled_by_the_caller():

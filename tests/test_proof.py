@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from ligerkit.cli import app
 from ligerkit.errors import LigerKitError
-from ligerkit.validate import bench as B
-from ligerkit.validate import parity, proof
+from ligerkit.proof import bench as B
+from ligerkit.proof import arms, smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_CONFIG = ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml"
@@ -42,7 +42,7 @@ def test_smoke_runs_each_arm_in_its_own_process_and_passes_within_bf16_tolerance
         return run([5.0, 4.0 + (0.005 if on else 0), 3.0], [2.0, 1.5, 1.2 * (1.05 if on else 1)], [1, 1, 1], 1.0)
 
     runner = FakeRunner(make)
-    result = parity.smoke(GPU_CONFIG, 3, ["train.lr=0.001"], runner)
+    result = smoke.smoke(GPU_CONFIG, 3, ["train.lr=0.001"], runner)
     assert len(runner.calls) == 2
     (_, off_sets, _), (_, on_sets, _) = runner.calls
     assert "model.liger_kernel.enabled=false" in off_sets and "model.liger_kernel.enabled=true" in on_sets
@@ -58,20 +58,20 @@ def test_smoke_tolerances(loss_gap, gn_factor, passed):
         on = "model.liger_kernel.enabled=true" in overrides
         return run([5.0 + (loss_gap if on else 0)], [2.0 * (gn_factor if on else 1)], [1], 1.0)
 
-    assert parity.smoke(GPU_CONFIG, 1, [], FakeRunner(make)).passed is passed
+    assert smoke.smoke(GPU_CONFIG, 1, [], FakeRunner(make)).passed is passed
 
 
 def test_float32_configs_get_the_tight_tolerance():
     make = lambda overrides: run([5.0 + (2e-4 if "model.liger_kernel.enabled=true" in overrides else 0)],  # noqa: E731
                                  [1.0], [1], 1.0)
-    result = parity.smoke(GPU_CONFIG, 1, ["model.dtype=float32"], FakeRunner(make))
+    result = smoke.smoke(GPU_CONFIG, 1, ["model.dtype=float32"], FakeRunner(make))
     assert result.loss_tolerance == 1e-4 and not result.passed
 
 
 def test_smoke_writes_json_and_a_png(tmp_path):
     make = lambda overrides: run([5.0, 4.0], [2.0, 1.0], [1, 1], 1.0)  # noqa: E731
-    result = parity.smoke(GPU_CONFIG, 2, [], FakeRunner(make))
-    files = parity.write_outputs(result, tmp_path)
+    result = smoke.smoke(GPU_CONFIG, 2, [], FakeRunner(make))
+    files = smoke.write_outputs(result, tmp_path)
     assert [f.name for f in files] == ["smoke.json", "smoke.png"]
     assert json.loads(files[0].read_text())["passed"] is True
     assert files[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -112,32 +112,33 @@ def test_bench_rejects_unknown_arms_and_a_warmup_longer_than_the_run():
 
 @pytest.mark.parametrize("verb", ["smoke", "bench"])
 def test_without_a_gpu_the_verbs_say_so_and_exit_3(verb, monkeypatch):
-    monkeypatch.setattr(proof, "accelerator", lambda: None)
+    monkeypatch.setattr(arms, "accelerator", lambda: None)
     result = CliRunner().invoke(app, [verb, "recipes/qwen3"])
-    assert result.exit_code == proof.NO_GPU_EXIT
+    assert result.exit_code == arms.NO_GPU_EXIT
     assert "no CUDA GPU or NPU here" in result.stderr
 
 
 def test_a_recipe_folder_resolves_to_its_gpu_config():
-    assert proof.resolve_config(ROOT / "recipes" / "qwen3") == GPU_CONFIG
+    assert arms.resolve_config(ROOT / "recipes" / "qwen3") == GPU_CONFIG
     with pytest.raises(LigerKitError):
-        proof.resolve_config(ROOT / "nope")
+        arms.resolve_config(ROOT / "nope")
 
 
 def test_compile_flag_compiles_each_decoder_layer():
-    from ligerkit.engine.recipe import load_engine
+    from ligerkit.train import Trainer
+    from ligerkit.train.loading import load_engine
     import torch
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
                          ["train.compile=true", "model.liger_kernel.enabled=false"])
-    model = engine.prepare_model(torch.device("meta"))
-    compiled = engine.compile_model(model)
+    model = engine.setup_model(torch.device("meta"))
+    compiled = Trainer(engine).compile_model(model)
     assert compiled == ["model.layers.0", "model.layers.1"]
     assert model.model.layers[0]._compiled_call_impl is not None
 
 
 def test_compile_over_liger_kernel_swaps_is_opt_in():
-    from ligerkit.engine.config import ConfigError, load_recipe_config
+    from ligerkit.train.config import ConfigError, load_recipe_config
 
     with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
         load_recipe_config(GPU_CONFIG, ["train.compile=true"])

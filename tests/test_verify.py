@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from ligerkit import LigerPatch
 from ligerkit.cli import app
 from ligerkit.errors import ProbeMismatchError
-from ligerkit.verify.catalog import CATALOG, by_kind, render_table
-from ligerkit.verify.probe import probe
-from ligerkit.verify.suggest import suggest
+from ligerkit.probe.catalog import CATALOG, by_kind, render_table
+from ligerkit.probe.probe import probe
+from ligerkit.suggest import suggest
 from toy_models import modeling_table as T
 from verify_expectations import FAMILIES
 

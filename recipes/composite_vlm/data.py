@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from ligerkit.naming import IGNORE_INDEX
 from recipes.composite_vlm.model.modeling_composite import CompositeVLMConfig
 
-IGNORE_INDEX = -100
 MOTIF_LEN = 16
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 import transformers
 
-IGNORE_INDEX = -100
+from ligerkit.naming import IGNORE_INDEX
+
 PAD_TOKEN_ID = 0
 VISION_START_TOKEN_ID = 508
 VISION_END_TOKEN_ID = 509

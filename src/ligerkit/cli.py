@@ -187,8 +187,8 @@ def suggest(
     the symbol is left off. With --gpu, the map is then applied on a GPU and every parameter's gradient
     is compared against an unpatched bfloat16 and a float32 run (exit 1 on failure, 3 without a GPU).
     """
-    from ligerkit.engine.config import parse_override
-    from ligerkit.verify.suggest import suggest as run_suggest
+    from ligerkit.train.config import parse_override
+    from ligerkit.suggest import suggest as run_suggest
 
     def body() -> None:
         overrides = {}
@@ -230,7 +230,7 @@ def check(
     Exit code 1, with every reason, when anything is wrong.
     """
     from ligerkit.kit.report import render_report
-    from ligerkit.validate.check import check_recipe
+    from ligerkit.proof.check import check_recipe
 
     def body() -> None:
         result = check_recipe(recipe_dir)
@@ -261,16 +261,20 @@ def train(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override, e.g. --set train.steps=5.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Train a recipe config (Liger as the config says; under torchrun for several GPUs)."""
-    from ligerkit.engine.recipe import load_engine
+    """Train a recipe config (Liger as the config says; under torchrun for several GPUs).
+
+    Progress goes to stderr: a bar in a terminal, log lines elsewhere (train.log_every steps apart).
+    """
     from ligerkit.kit.report import render_report
+    from ligerkit.train import Trainer, load_engine
 
     def body() -> None:
         overrides = list(set_ or [])
         if as_json:
             overrides.append("train.progress=false")
         engine = load_engine(config, overrides)
-        result = engine.train()
+        _log_to_stderr()
+        result = Trainer(engine).train()
         if not engine.env.main:
             return
         if as_json:
@@ -291,20 +295,32 @@ def train(
         out.print(f"loss path: {engine.loss_path()}", markup=False, soft_wrap=True)
         first, last = result.steps[0], result.steps[-1]
         out.print(f"trained {len(result.steps)} steps: loss {first.loss:.4f} -> {last.loss:.4f}, "
-                  f"{last.tokens_per_s:,.0f} tokens/s", markup=False)
+                  f"median {result.median_tokens_per_s:,.0f} tokens/s after the first step", markup=False)
 
     _run(body)
 
 
+def _log_to_stderr() -> None:
+    """Show the ``ligerkit`` logger's INFO lines on stderr (the library itself never adds handlers)."""
+    import logging
+
+    logger = logging.getLogger("ligerkit")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def _require_gpu(verb: str) -> None:
     """Exit with code 3 and the reason where Liger's kernels cannot run."""
-    from ligerkit.validate import proof
+    from ligerkit.proof import arms
 
     try:
-        proof.require_accelerator(verb)
-    except proof.NoAcceleratorError as exc:
+        arms.require_accelerator(verb)
+    except arms.NoAcceleratorError as exc:
         err.print(str(exc), markup=False, soft_wrap=True)
-        raise typer.Exit(proof.NO_GPU_EXIT) from None
+        raise typer.Exit(arms.NO_GPU_EXIT) from None
 
 
 @app.command()
@@ -329,20 +345,20 @@ def smoke(
     """
     from pathlib import Path
 
-    from ligerkit.validate import parity, proof
-    from ligerkit.validate.recipe_grads import recipe_grad_parity
-    from ligerkit.verify.tolerance import GradTolerance
+    from ligerkit.proof import arms, smoke
+    from ligerkit.proof.recipe_grads import recipe_grad_parity
+    from ligerkit.probe.tolerance import GradTolerance
 
     def body() -> None:
-        config = proof.resolve_config(target)
+        config = arms.resolve_config(target)
         tolerance = _tolerance(GradTolerance, grad_factor, grad_slack)
         _require_gpu("smoke")
         import torch
 
         overrides = list(set_ or [])
-        result = parity.smoke(config, steps, overrides, proof.default_runner(), nproc,
+        result = smoke.smoke(config, steps, overrides, arms.default_runner(), nproc,
                               gradients=lambda: recipe_grad_parity(config, overrides, torch.device("cuda"), tolerance))
-        files = parity.write_outputs(result, Path(out_dir))
+        files = smoke.write_outputs(result, Path(out_dir))
         if as_json:
             _emit_json(result.to_dict())
         else:
@@ -362,7 +378,7 @@ def _suggest_gradients(result: Any) -> Any:
     """Gradient parity of a suggestion's map on the GPU (``None`` when nothing was verified)."""
     import torch
 
-    from ligerkit.validate.recipe_grads import map_grad_parity, suggested_patches
+    from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
 
     patches = suggested_patches(result)
     if not patches:
@@ -400,16 +416,16 @@ def bench(
 
     from rich.progress import Progress
 
-    from ligerkit.validate import bench as B
-    from ligerkit.validate import proof
+    from ligerkit.proof import bench as B
+    from ligerkit.proof.arms import default_runner, resolve_config
 
     def body() -> None:
-        config = proof.resolve_config(target)
+        config = resolve_config(target)
         chosen = B.parse_arms(arms)
         _require_gpu("bench")
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen))
-            result = B.bench(config, chosen, steps, warmup, list(set_ or []), proof.default_runner(),
+            result = B.bench(config, chosen, steps, warmup, list(set_ or []), default_runner(),
                              on_arm=lambda arm: progress.advance(task), nproc=nproc)
         files = B.write_outputs(result, Path(out_dir))
         if as_json:

@@ -171,3 +171,7 @@ class ForeignPatchError(LigerKitError):
 
 class RevertedKitError(LigerKitError):
     """A model built under a kit is used after that kit was reverted (a mix of Liger and originals)."""
+
+
+class LigerNeedsAcceleratorError(LigerKitError):
+    """Liger is enabled but its kernels cannot run here (no CUDA GPU or NPU, or a CPU device)."""

@@ -9,10 +9,10 @@ import torch
 from toy_models import modeling_table as T
 
 from ligerkit import LigerPatch
-from ligerkit.validate.recipe_grads import map_grad_parity, recipe_grad_parity, suggested_patches
-from ligerkit.verify.catalog import CATALOG
-from ligerkit.verify.runnable import module_config
-from ligerkit.verify.suggest import suggest
+from ligerkit.proof.recipe_grads import map_grad_parity, recipe_grad_parity, suggested_patches
+from ligerkit.probe.catalog import CATALOG
+from ligerkit.probe.runnable import module_config
+from ligerkit.suggest import suggest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,10 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def _module_writes(entry) -> tuple[bool, bool]:
     """(wrote into its input, wrote into the incoming gradient) for a catalog module on the GPU."""
     cls = entry.obj
-    try:
-        module = cls(64)
-    except TypeError:
-        module = cls(T.TableConfig(hidden_size=64, intermediate_size=128))
+    config = T.TableConfig(hidden_size=64, intermediate_size=128, hidden_act="gelu_pytorch_tanh")
+    module = cls(config) if entry.kind == "mlp" else cls(64)
     module = module.to("cuda", torch.bfloat16)
     x = torch.randn(2, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     x_before = x.detach().clone()

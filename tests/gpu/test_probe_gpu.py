@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from toy_models import modeling_table as T
 
-from ligerkit.verify.catalog import CATALOG
-from ligerkit.verify.probe import kernel_available, probe
+from ligerkit.probe.catalog import CATALOG
+from ligerkit.probe.probe import kernel_available, probe
 
 NAMED = {r.name: r for r in CATALOG}
 

@@ -33,25 +33,26 @@ def test_bench_measures_liger_faster_than_eager(tmp_path):
 
 @pytest.mark.gpu
 def test_the_engine_uses_fused_adamw_on_cuda():
-    from ligerkit.engine.recipe import load_engine
+    from ligerkit.train import Trainer
+    from ligerkit.train.loading import load_engine
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml", ["model.liger_kernel.enabled=false"])
-    model = engine.prepare_model(torch.device("cuda"))
-    assert engine.prepare_optimizer(model).defaults["fused"] is True
+    model = engine.setup_model(torch.device("cuda"))
+    assert Trainer(engine).optimizer(model).defaults["fused"] is True
     off = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
                       ["model.liger_kernel.enabled=false", "train.fused_adamw=false"])
-    assert not off.prepare_optimizer(model).defaults["fused"]
+    assert not Trainer(off).optimizer(model).defaults["fused"]
 
 
 @pytest.mark.gpu
 def test_deterministic_training_repeats_bit_for_bit():
-    from ligerkit.engine.recipe import load_engine
+    from ligerkit.train.loading import load_engine
 
     runs = []
     for _ in range(2):
         engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
                              ["train.steps=4", "train.progress=false", "train.deterministic=true",
                               "model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused"])
-        runs.append([(s.loss, s.grad_norm) for s in engine.train(torch.device("cuda")).steps])
+        runs.append([(s.loss, s.grad_norm) for s in Trainer(engine).train(torch.device("cuda")).steps])
     assert runs[0] == runs[1]
     assert not torch.are_deterministic_algorithms_enabled()

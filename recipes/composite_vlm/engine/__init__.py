@@ -15,40 +15,39 @@ from liger_kernel.transformers.rms_norm import LigerRMSNorm
 from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 from transformers import Qwen3Config
 
-from ligerkit import LigerPatch
-from ligerkit.engine import Engine
-from ligerkit.engine.data import fill_text_from_corpus, sample_generator
-from ligerkit.engine.model_kit import resolve_dtype
+from ligerkit import LigerKernelKit, LigerPatch
+from ligerkit.train import RecipeEngine
+from ligerkit.train.data import fill_text_from_corpus, sample_generator
+from ligerkit.train.models import resolve_dtype
 from recipes.composite_vlm.data import make_batch
 from recipes.composite_vlm.model.modeling_composite import CompositeVLM, CompositeVLMConfig
 from recipes.composite_vlm.model.modeling_vision import VisionConfig
 
 VISION = "recipes.composite_vlm.model.modeling_vision"
+# The encoder's own symbols: its norm and its gated MLP.
+VISION_PATCHES = {
+    "rms_norm": LigerPatch(VISION, "VisionRMSNorm", LigerRMSNorm),
+    "swiglu": LigerPatch(VISION, "VisionMLP", LigerSwiGLUMLP),
+}
 
 
-class CompositeVLMEngine(Engine):
-    """Qwen3 (official) + custom vision encoder (custom map)."""
+class CompositeVLMEngine(RecipeEngine):
+    """Qwen3 (official) + custom vision encoder (custom map), one kit."""
 
-    def official_family(self) -> str:
-        """The LLM backbone is shared transformers Qwen3."""
-        return self.config.model.liger_kernel.model_family_override or "qwen3"
+    liger_kit: LigerKernelKit
 
-    def custom_patches(self) -> dict[str, LigerPatch]:
-        """Only the encoder's own symbols."""
-        return {
-            "rms_norm": LigerPatch(VISION, "VisionRMSNorm", LigerRMSNorm),
-            "swiglu": LigerPatch(VISION, "VisionMLP", LigerSwiGLUMLP),
-        }
+    def prepare_model(self, device: torch.device) -> torch.nn.Module:
+        """Official Qwen3 for the LLM, the custom map for the encoder, then the model."""
+        if self.liger_enabled:
+            self.liger_kit.apply(**self.official_liger("qwen3"))
+            self.liger_kit.apply(**self.custom_liger(VISION_PATCHES, self.model_config.vision))
+        return self.build_model(device)
 
     @cached_property
     def model_config(self) -> CompositeVLMConfig:
         """``model.config`` as ``{vision: {...}, text: {...}}``."""
         cfg = self.config.model.config
         return CompositeVLMConfig(vision=VisionConfig(**cfg["vision"]), text=Qwen3Config(**cfg["text"]))
-
-    def probe_config(self) -> object:
-        """What the kit's probe builds the mapped source modules from."""
-        return self.model_config.vision
 
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` (classes resolved through the patched modules)."""

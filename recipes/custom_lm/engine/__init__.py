@@ -12,28 +12,31 @@ from liger_kernel.transformers.geglu import LigerGEGLUMLP
 from liger_kernel.transformers.rms_norm import LigerRMSNormForGemma2
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
-from ligerkit import LigerPatch
-from ligerkit.engine import Engine
-from ligerkit.engine.model_kit import resolve_dtype
+from ligerkit import LigerKernelKit, LigerPatch
+from ligerkit.train import RecipeEngine
+from ligerkit.train.models import resolve_dtype
 from recipes.custom_lm.model.modeling_custom_lm import CustomLMConfig, CustomLMForCausalLM
 
 MODELING = "recipes.custom_lm.model.modeling_custom_lm"
+# Gemma norm (out of place: the sandwich norms add their output straight to the residual), GeGLU,
+# standard rope.
+PATCHES = {
+    "rms_norm": LigerPatch(MODELING, "CustomRMSNorm", LigerRMSNormForGemma2),
+    "geglu": LigerPatch(MODELING, "CustomMLP", LigerGEGLUMLP),
+    "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
+}
 
 
-class CustomLMEngine(Engine):
+class CustomLMEngine(RecipeEngine):
     """Custom route only: ``model.source: custom``."""
 
-    def custom_patches(self) -> dict[str, LigerPatch]:
-        """Gemma norm (out-of-place: norms are back to back), GeGLU, standard rope."""
-        return {
-            "rms_norm": LigerPatch(MODELING, "CustomRMSNorm", LigerRMSNormForGemma2),
-            "geglu": LigerPatch(MODELING, "CustomMLP", LigerGEGLUMLP),
-            "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
-        }
+    liger_kit: LigerKernelKit
 
-    def probe_config(self) -> object:
-        """What the kit's probe builds the mapped source modules from."""
-        return CustomLMConfig(**self.config.model.config)
+    def prepare_model(self, device: torch.device) -> torch.nn.Module:
+        """The recipe's own map, probed against the config it builds, then the model."""
+        if self.liger_enabled:
+            self.liger_kit.apply(**self.custom_liger(PATCHES, CustomLMConfig(**self.config.model.config)))
+        return self.build_model(device)
 
     def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""

@@ -15,28 +15,28 @@ from liger_kernel.transformers.rms_norm import LigerRMSNorm
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
-from ligerkit import LigerPatch
-from ligerkit.engine import Engine
-from ligerkit.engine.model_kit import transformers_config
+import torch
+
+from ligerkit import LigerKernelKit, LigerPatch
+from ligerkit.train import RecipeEngine
+from ligerkit.train.models import transformers_config
 
 MODELING = "transformers.models.diffllama.modeling_diffllama"
+# ``ligerkit suggest``'s verified map for this family (Liger's registry has no ``diffllama``).
+PATCHES = {
+    "swiglu": LigerPatch(MODELING, "DiffLlamaMLP", LigerSwiGLUMLP),
+    "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
+    "rms_norm": LigerPatch(MODELING, "DiffLlamaRMSNorm", LigerRMSNorm),
+}
 
 
-class DiffLlamaEngine(Engine):
+class DiffLlamaEngine(RecipeEngine):
     """Custom route on a transformers family: no official helper, the suggested map instead."""
 
-    def official_family(self) -> str | None:
-        """Liger's registry has no ``diffllama``: the custom map is the whole wiring."""
-        return None
+    liger_kit: LigerKernelKit
 
-    def custom_patches(self) -> dict[str, LigerPatch]:
-        """``ligerkit suggest``'s verified map for this family."""
-        return {
-            "swiglu": LigerPatch(MODELING, "DiffLlamaMLP", LigerSwiGLUMLP),
-            "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
-            "rms_norm": LigerPatch(MODELING, "DiffLlamaRMSNorm", LigerRMSNorm),
-        }
-
-    def probe_config(self) -> object:
-        """The recipe's own DiffLlama config: the probe builds the mapped modules from it."""
-        return transformers_config(self.config.model)
+    def prepare_model(self, device: torch.device) -> torch.nn.Module:
+        """The suggested map, probed against the recipe's own DiffLlama config, then the model."""
+        if self.liger_enabled:
+            self.liger_kit.apply(**self.custom_liger(PATCHES, transformers_config(self.config.model)))
+        return self.build_model(device)

@@ -12,14 +12,23 @@ from typing import Any
 
 import torch
 
-from ligerkit.engine import Engine
-from ligerkit.engine.data import fill_text_from_corpus, sample_generator
-from ligerkit.engine.model_kit import transformers_config
+from ligerkit import LigerKernelKit
+from ligerkit.train import RecipeEngine
+from ligerkit.train.data import fill_text_from_corpus, sample_generator
+from ligerkit.train.models import transformers_config
 from recipes.qwen3_vl.data import make_batch
 
 
-class Qwen3VLEngine(Engine):
+class Qwen3VLEngine(RecipeEngine):
     """Official route (``model.family: qwen3_vl``); batches carry ``pixel_values``."""
+
+    liger_kit: LigerKernelKit
+
+    def prepare_model(self, device: torch.device) -> torch.nn.Module:
+        """Liger's official Qwen3-VL route (text and vision) before the model exists, then the model."""
+        if self.liger_enabled:
+            self.liger_kit.apply(**self.official_liger())
+        return self.build_model(device)
 
     @cached_property
     def hf_config(self) -> Any:

@@ -12,28 +12,30 @@ from liger_kernel.transformers.rms_norm import LigerRMSNorm
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
-from ligerkit import LigerPatch
-from ligerkit.engine import Engine
-from ligerkit.engine.model_kit import resolve_dtype
+from ligerkit import LigerKernelKit, LigerPatch
+from ligerkit.train import RecipeEngine
+from ligerkit.train.models import resolve_dtype
 from recipes.vendored_llm.model.modeling_vendored_llama import VendoredLlamaConfig, VendoredLlamaForCausalLM
 
 MODELING = "recipes.vendored_llm.model.modeling_vendored_llama"
+# Standard RMSNorm (pre-norm layers: the in-place backward is safe), SwiGLU MLP, standard rope.
+PATCHES = {
+    "rms_norm": LigerPatch(MODELING, "LlamaRMSNorm", LigerRMSNorm),
+    "swiglu": LigerPatch(MODELING, "LlamaMLP", LigerSwiGLUMLP),
+    "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
+}
 
 
-class VendoredLlamaEngine(Engine):
+class VendoredLlamaEngine(RecipeEngine):
     """Custom route pointed at the vendored modeling module."""
 
-    def custom_patches(self) -> dict[str, LigerPatch]:
-        """Standard RMSNorm, SwiGLU MLP, standard rope: the vendored module's own symbols."""
-        return {
-            "rms_norm": LigerPatch(MODELING, "LlamaRMSNorm", LigerRMSNorm),
-            "swiglu": LigerPatch(MODELING, "LlamaMLP", LigerSwiGLUMLP),
-            "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),
-        }
+    liger_kit: LigerKernelKit
 
-    def probe_config(self) -> object:
-        """What the kit's probe builds the mapped source modules from."""
-        return VendoredLlamaConfig(**self.config.model.config)
+    def prepare_model(self, device: torch.device) -> torch.nn.Module:
+        """The vendored module's own symbols (the official llama route cannot reach them), then the model."""
+        if self.liger_enabled:
+            self.liger_kit.apply(**self.custom_liger(PATCHES, VendoredLlamaConfig(**self.config.model.config)))
+        return self.build_model(device)
 
     def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""

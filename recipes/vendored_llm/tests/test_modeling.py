@@ -157,3 +157,24 @@ def test_liger_swap_on_meta_device():
     assert all(p.is_meta for p in patched.parameters())
     assert _shapes(patched) == _shapes(reference)
     assert list(patched.state_dict()) == list(reference.state_dict())
+
+
+def test_the_official_llama_route_cannot_reach_the_vendored_copy():
+    from pathlib import Path
+
+    from ligerkit import LigerKernelKit
+    from ligerkit.train.config import load_recipe_config
+    from ligerkit.train.loading import load_engine
+
+    recipe = Path(__file__).resolve().parents[1]
+    engine = load_engine(recipe / "configs" / "cpu.yaml")
+    kit = LigerKernelKit()
+    try:
+        kit.apply(model_family="llama")
+        model = engine.build_model(torch.device("meta"))
+        scan = kit.verify(model)
+    finally:
+        kit.revert()
+    assert scan.counts and not any(scan.counts.values()), "the official llama swaps must not show up"
+    assert len(scan.unused) == 2  # LlamaRMSNorm and LlamaMLP of transformers, never instantiated here
+    assert load_recipe_config(recipe / "configs" / "gpu.yaml").model.source == "custom"

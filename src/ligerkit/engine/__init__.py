@@ -1,7 +1,11 @@
-"""The recipe engine: typed config, model kit, data, training loop, FSDP2; recipes subclass Engine."""
+"""Deprecated: the recipe engine moved to :mod:`ligerkit.train`. ``Engine`` is ``RecipeEngine``.
 
-from ligerkit.engine.config import RecipeConfig, load_recipe_config
-from ligerkit.engine.engine import Engine, TrainResult
-from ligerkit.engine.recipe import Recipe, load_recipe
+Kept so recipes and scripts written against the first layout keep working; new code imports from
+``ligerkit.train``.
+"""
 
-__all__ = ["Engine", "Recipe", "RecipeConfig", "TrainResult", "load_recipe", "load_recipe_config"]
+from ligerkit.train import RecipeConfig, RecipeEngine, Trainer, TrainResult, load_engine, load_recipe
+
+Engine = RecipeEngine
+
+__all__ = ["Engine", "RecipeConfig", "RecipeEngine", "TrainResult", "Trainer", "load_engine", "load_recipe"]

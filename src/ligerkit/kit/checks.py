@@ -7,7 +7,7 @@ Two ways a swap that Liger's helper (or a custom map) makes can still be wrong f
   mix of Liger's class and the original. The scan finds this after the build; here it is found
   before, from the tables and globals of the modules the route watches.
 - **It writes in place where another consumer reads.** Liger's default RMSNorm writes dX into the
-  incoming dY; its rotary writes into q/k. ``ligerkit.verify.aliasing`` emulates those writes in a
+  incoming dY; its rotary writes into q/k. ``ligerkit.probe.aliasing`` emulates those writes in a
   small model of the module and compares gradients.
 """
 
@@ -18,9 +18,10 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from ligerkit.errors import InPlaceBackwardError, LigerKitError, UnreachableSwapError
-from ligerkit.kit.snapshot import MISSING, Change, Table, owner_label, qualified_name
-from ligerkit.verify.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResult, in_place_hazard
-from ligerkit.verify.catalog import lookup, twin
+from ligerkit.kit.snapshot import Change, Table, owner_label
+from ligerkit.naming import MISSING, qualified_name
+from ligerkit.probe.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResult, in_place_hazard
+from ligerkit.probe.catalog import lookup, twin
 
 
 def _holds(value: object, original: object) -> bool:

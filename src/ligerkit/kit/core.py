@@ -19,6 +19,7 @@ encoder) form the composite route: one ledger, one aggregated ``kit.report``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import weakref
@@ -41,6 +42,8 @@ from ligerkit.kit.scan import ScanResult, scan_model
 from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_all, owners_of
 
 LOSS_MODULES: tuple[str, ...] = ("cross_entropy", "fused_linear_cross_entropy")
+
+log = logging.getLogger("ligerkit.kit")
 
 
 class LigerKernelKit:
@@ -116,6 +119,10 @@ class LigerKernelKit:
             already_on = self._turned_on(family.helper_name)
             app = apply_official(family, modules, excluded, self._ledger, already_on, strict)
         self._applications.append(app)
+        on = [name for name, enabled in app.modules.items() if enabled]
+        log.info("applied the %s route for %s: %d swap(s), modules on: %s%s", app.route, app.family or "(unnamed)",
+                 len(app.patched), ", ".join(on) or "none",
+                 f"; left off: {', '.join(app.left_off)}" if app.left_off else "")
         return LigerKernelReport((app,), environment_gaps())
 
     @staticmethod

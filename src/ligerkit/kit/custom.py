@@ -31,10 +31,11 @@ from ligerkit.errors import (
 from ligerkit.kit.checks import aliasing_of, in_place_advice, in_place_error
 from ligerkit.kit.ledger import Entry, Ledger, layers
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
-from ligerkit.kit.snapshot import Snapshot, owners_of, qualified_name, scope_of
-from ligerkit.verify import runnable
-from ligerkit.verify.catalog import CATALOG, lookup
-from ligerkit.verify.probe import MISMATCH, UNPROBED, best_alternative, probe
+from ligerkit.kit.snapshot import Snapshot, owners_of, scope_of
+from ligerkit.naming import qualified_name
+from ligerkit.probe import runnable
+from ligerkit.probe.catalog import CATALOG, lookup
+from ligerkit.probe.probe import MISMATCH, UNPROBED, best_alternative, probe
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from torch import nn
 
 from ligerkit.errors import ForeignPatchError, RevertedKitError
 from ligerkit.kit.scan import ScanResult
-from ligerkit.kit.snapshot import Snapshot, current, owner_label, qualified_name
+from ligerkit.kit.snapshot import Snapshot, current, owner_label
+from ligerkit.naming import qualified_name
 
 if TYPE_CHECKING:
     from ligerkit.kit.ledger import Entry, Ledger

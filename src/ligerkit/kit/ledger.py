@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from ligerkit.errors import ConflictingPatchError, RevertError
 from ligerkit.kit.report import Swap
-from ligerkit.kit.snapshot import Change, current, owner_label, qualified_name, restore
+from ligerkit.kit.snapshot import Change, current, owner_label, restore
+from ligerkit.naming import qualified_name
 
 
 @dataclass(eq=False)

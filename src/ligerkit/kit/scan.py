@@ -16,7 +16,7 @@ from typing import Any
 
 from ligerkit.errors import LateApplyError
 from ligerkit.kit.ledger import Entry
-from ligerkit.kit.snapshot import MISSING, qualified_name
+from ligerkit.naming import MISSING, qualified_name
 
 
 @dataclass(frozen=True)

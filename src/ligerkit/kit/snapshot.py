@@ -20,6 +20,8 @@ import types
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 
+from ligerkit.naming import MISSING, qualified_name
+
 # Process-wide namespaces Liger's helpers rebind (``nn.LayerNorm``, ``nn.CrossEntropyLoss``,
 # ``nn.functional.cross_entropy``, ``ACT2FN["relu2"]``), watched on every official route.
 PROCESS_WIDE_MODULES: tuple[str, ...] = (
@@ -32,23 +34,6 @@ PROCESS_WIDE_MODULES: tuple[str, ...] = (
 # Dunder names change for reasons unrelated to patching (``__warningregistry__``); these few
 # are real behaviour and are watched.
 _WATCHED_DUNDERS = frozenset({"__init__", "__call__", "__new__"})
-
-
-class _Missing:
-    """Marker for "this name was not bound"."""
-
-    _instance: _Missing | None = None
-
-    def __new__(cls) -> _Missing:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-MISSING = _Missing()
 
 
 class Table:
@@ -130,20 +115,6 @@ def owner_label(owner: object, attr: object) -> tuple[str, str]:
         return owner.__name__, str(attr)
     assert isinstance(owner, type)
     return owner.__module__, f"{owner.__qualname__}.{attr}"
-
-
-def qualified_name(obj: object) -> str:
-    """A readable dotted name for a patched object (class, function, partial, ...)."""
-    if obj is MISSING:
-        return "<missing>"
-    if isinstance(obj, tuple) and obj and inspect.isclass(obj[0]):  # a table's (class, kwargs) entry
-        return f"{qualified_name(obj[0])}{obj[1:]!r}"
-    target = getattr(obj, "func", obj)  # functools.partial
-    module = getattr(target, "__module__", None) or type(target).__module__
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
-    if name is None:
-        return repr(obj)
-    return f"{module}.{name}"
 
 
 def tables_of(module: types.ModuleType) -> list[Table]:

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ligerkit.loss.liger_chunks import CHUNK_TOKENS, liger_token_normalized_loss
+from ligerkit.naming import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 
 
 def liger_chunk_mem_const(tokens: int, hidden: int, vocab: int, chunk_tokens: int) -> int:

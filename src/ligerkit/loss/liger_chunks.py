@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 
+from ligerkit.naming import IGNORE_INDEX
+
 # Rows of logits that exist at once, on the GPU and the CPU path alike. On the H200 at the
 # Qwen3-0.6B shape (batch 4 x 4096), 512 rows instead of 1024 lower the Liger + fused arm's peak
 # from 23.681 to 23.536 GiB; tokens/s stayed within the spread of identical runs (80.4k and 80.5k at
@@ -136,7 +138,7 @@ class _TokenNormalizedFLCE(torch.autograd.Function):
 
 def liger_token_normalized_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                                 normalizer: float, bias: torch.Tensor | None = None, *,
-                                ignore_index: int = -100, label_smoothing: float = 0.0,
+                                ignore_index: int = IGNORE_INDEX, label_smoothing: float = 0.0,
                                 softcap: float | None = None, chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
     """``sum(cross_entropy(hidden @ weight.T + bias, labels)) / normalizer`` on a CUDA GPU.
 

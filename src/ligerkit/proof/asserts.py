@@ -1,22 +1,25 @@
 """The hard-validation asserts every recipe runs (``tests/skills/liger-kernel/asserts.py``).
 
-They check the recipe's files, its configs, that the engine really applies the kit before it
-builds the model (observed by recording the calls, not by reading the source), and that after
-setup every enabled module-class kernel is present in the built model. The model is built on the
-``meta`` device, so this runs on a CPU with Liger enabled.
+They check the recipe's files, its configs, the requirement's reference checks (the engine's
+source names ``LigerKernelKit`` and its ``prepare_model`` calls ``liger_kit.apply(`` before
+``build_model(``), that the engine really applies the kit before it builds the model (observed by
+recording the calls, not only by reading the source), and that after setup every enabled
+module-class kernel is present in the built model. The model is built on the ``meta`` device, so
+this runs on a CPU with Liger enabled.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ligerkit.engine.config import RecipeConfig, load_recipe_config
-from ligerkit.engine.engine import Engine
-from ligerkit.engine.recipe import load_recipe
+from ligerkit.train.config import RecipeConfig, load_recipe_config
+from ligerkit.train.loading import load_recipe
+from ligerkit.train.recipe import RecipeEngine
 
 REQUIRED = ("README.md", "configs", "engine/__init__.py", "tests", "tests/skills/liger-kernel/asserts.py")
 
@@ -55,8 +58,23 @@ def assert_config_structure(root: Path) -> None:
         )
 
 
-def record_prepare(engine: Engine) -> tuple[torch.nn.Module, list[str]]:
-    """Run ``prepare_model`` on the meta device, recording the real order of kit/model-kit calls."""
+def assert_reference_wiring(root: Path) -> None:
+    """The requirement's own reference checks: ``engine/*.py`` uses ``LigerKernelKit``, the engine's
+    ``prepare_model`` calls ``liger_kit.apply(`` before ``build_model(``, every config has ``liger_kernel``."""
+    sources = "".join(path.read_text() for path in sorted((root / "engine").glob("*.py")))
+    assert "LigerKernelKit" in sources, f"{root.name}: Engine must use LigerKernelKit"
+    engine_class = load_recipe(root).engine_class
+    assert "prepare_model" in vars(engine_class), f"{root.name}: the engine must define prepare_model"
+    body = inspect.getsource(engine_class.prepare_model)
+    assert "liger_kit.apply(" in body and "build_model(" in body, (
+        f"{root.name}: prepare_model must call LigerKernelKit.apply(...) and then build_model(...)")
+    assert body.index("liger_kit.apply(") < body.index("build_model("), f"{root.name}: apply must come before build"
+    for path in sorted((root / "configs").glob("*.yaml")):
+        assert "liger_kernel" in path.read_text(), f"{path.name}: configs must carry model.liger_kernel"
+
+
+def record_prepare(engine: RecipeEngine) -> tuple[torch.nn.Module, list[str]]:
+    """Set the model up on the meta device, recording the real order of kit and build calls."""
     events: list[str] = []
 
     def spy(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -65,14 +83,14 @@ def record_prepare(engine: Engine) -> tuple[torch.nn.Module, list[str]]:
             return fn(*args, **kwargs)
         return wrapper
 
-    engine.kit.apply = spy("kit.apply", engine.kit.apply)  # type: ignore[method-assign]
-    engine.kit.verify = spy("kit.verify", engine.kit.verify)  # type: ignore[method-assign]
+    engine.liger_kit.apply = spy("kit.apply", engine.liger_kit.apply)  # type: ignore[method-assign]
+    engine.liger_kit.verify = spy("kit.verify", engine.liger_kit.verify)  # type: ignore[method-assign]
     engine.build_model = spy("build_model", engine.build_model)  # type: ignore[method-assign]
-    model = engine.prepare_model(torch.device("meta"))
+    model = engine.setup_model(torch.device("meta"))
     return model, events
 
 
-def liger_engine(root: Path, config_name: str = "gpu.yaml") -> Engine:
+def liger_engine(root: Path, config_name: str = "gpu.yaml") -> RecipeEngine:
     """The recipe's engine for a Liger-enabled config."""
     recipe = load_recipe(root)
     return recipe.engine(load_recipe_config(root / "configs" / config_name))
@@ -102,13 +120,18 @@ def assert_kernels_in_model(root: Path) -> None:
         assert not scan.unused, f"{root.name}: swapped but never instantiated: {scan.unused}"
         assert all(scan.counts.values()), scan.counts
         assert not scan.leftovers, scan.leftovers
+        assert engine.config.model.liger_kernel.enabled
+        model = engine.unwrapped_model
+        assert model is engine.model and any(type(m).__module__.startswith("liger_kernel") for m in model.modules())
     finally:
         engine.kit.revert()
 
 
+CHECKS = (assert_file_structure, assert_config_structure, assert_reference_wiring, assert_applies_before_build,
+          assert_kernels_in_model)
+
+
 def run_all(root: Path) -> None:
-    """Every assert, in order."""
-    assert_file_structure(root)
-    assert_config_structure(root)
-    assert_applies_before_build(root)
-    assert_kernels_in_model(root)
+    """Every check of a recipe's Liger wiring, in order (each recipe's ``asserts.py`` calls this)."""
+    for check in CHECKS:
+        check(root)

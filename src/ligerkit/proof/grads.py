@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.verify.tolerance import GradTolerance, relative_error
+from ligerkit.probe.tolerance import GradTolerance, relative_error
 
 Build = Callable[[], nn.Module]
 Loss = Callable[[nn.Module], torch.Tensor]

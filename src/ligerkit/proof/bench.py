@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import LigerKitError
-from ligerkit.validate.compare import summarize
-from ligerkit.validate.proof import Runner
+from ligerkit.proof.arms import summarize
+from ligerkit.proof.arms import Runner
 
 ARMS: dict[str, list[str]] = {
     "eager": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off", "train.compile=false"],

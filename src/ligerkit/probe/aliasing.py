@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.verify.runnable import Runnable, Unrunnable, runnable_model
+from ligerkit.naming import qualified_name
+from ligerkit.probe.runnable import Runnable, Unrunnable, runnable_model
 
 BACKWARD = "backward"  # dX written into dY
 FORWARD_AND_BACKWARD = "forward+backward"  # rotated q/k into their storage, dq/dk into the gradients
@@ -184,7 +185,7 @@ def _emulating(run: Runnable, source: object, module: types.ModuleType, in_place
 
 
 def _catalog_entry(obj: object) -> Any:
-    from ligerkit.verify.catalog import lookup
+    from ligerkit.probe.catalog import lookup
 
     for cls in getattr(obj, "__mro__", (obj,)):
         entry = lookup(cls)
@@ -234,10 +235,6 @@ def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a - b).abs().max() > _TOLERANCE * max(scale, 1e-12)) if a.numel() else False
 
 
-def _label(obj: object) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
-
-
 def _fingerprint(config: Any) -> str:
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
@@ -267,17 +264,18 @@ def in_place_hazard(source: object, module: types.ModuleType, config: Any = None
 
 def _detect(source: object, module: types.ModuleType, config: Any) -> AliasingResult:
     # Building models makes transformers cache private class attributes; the probe leaves none behind.
-    from ligerkit.kit.snapshot import Snapshot, owners_of
-
-    traces = Snapshot(owners_of([module]))
+    classes = [v for v in list(vars(module).values()) if isinstance(v, type) and v.__module__ == module.__name__]
+    before = [(cls, dict(vars(cls))) for cls in classes]
     try:
         return _detect_in(source, module, config)
     finally:
-        traces.undo()
+        for cls, attrs in before:
+            for name in set(vars(cls)) - set(attrs):
+                delattr(cls, name)
 
 
 def _detect_in(source: object, module: types.ModuleType, config: Any) -> AliasingResult:
-    name = _label(source)
+    name = qualified_name(source)
     with _liger_on_cpu(module) as stand_ins:
         @contextmanager
         def watch(model: nn.Module) -> Iterator[Callable[[], bool]]:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ligerkit.engine.config import load_recipe_config
-from ligerkit.validate.compare import summarize
-from ligerkit.validate.grads import GradParity
-from ligerkit.validate.proof import Runner
+from ligerkit.train.config import load_recipe_config
+from ligerkit.proof.arms import summarize
+from ligerkit.proof.grads import GradParity
+from ligerkit.proof.arms import Runner
 
 # (loss absolute tolerance, grad-norm relative tolerance) by training dtype
 TOLERANCES = {"bfloat16": (1e-2, 0.1), "float32": (1e-4, 1e-3)}

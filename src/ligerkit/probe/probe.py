@@ -22,8 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.verify.catalog import Replacement, by_kind
-from ligerkit.verify.tolerance import GradTolerance, relative_error
+from ligerkit.naming import qualified_name
+from ligerkit.probe.catalog import Replacement, by_kind
+from ligerkit.probe.tolerance import GradTolerance, relative_error
 
 MATCH, MISMATCH, UNPROBED = "match", "mismatch", "unprobed"
 _NORM_SIZE_NAMES = ("hidden_size", "dim", "d_model", "normalized_shape", "num_features", "embed_dim")
@@ -48,11 +49,6 @@ class ProbeResult:
 
 class Unprobeable(Exception):
     """The probe cannot build or call the source symbol."""
-
-
-def qualname(obj: object) -> str:
-    """``module.Name`` of a class or function."""
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
 def _call_plan(cls: type, config: Any) -> tuple[tuple, dict]:
@@ -150,7 +146,7 @@ def _module_outputs(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor
 
 def probe_class(source_cls: type, replacement: Replacement, config: Any = None) -> ProbeResult:
     """Probe a module class against one catalog replacement."""
-    src_name = qualname(source_cls)
+    src_name = qualified_name(source_cls)
     try:
         args, kwargs = _call_plan(source_cls, config)
         source = _build(source_cls, args, kwargs, torch.float32)
@@ -256,7 +252,7 @@ def _rotary_inputs(module: types.ModuleType | None, config: Any, mrope: bool) ->
 def probe_function(fn: Callable[..., Any], replacement: Replacement, config: Any = None,
                    module: types.ModuleType | None = None) -> ProbeResult:
     """Probe a rotary function against one catalog replacement."""
-    src_name = qualname(fn)
+    src_name = qualified_name(fn)
     src_params = inspect.signature(fn).parameters
     cand_params = inspect.signature(replacement.obj).parameters
     required = [n for n, p in src_params.items() if p.default is inspect.Parameter.empty]
@@ -368,10 +364,10 @@ def probe(source: object, replacement: Replacement, config: Any = None,
     """Probe any source symbol (class or function) against a catalog replacement."""
     if replacement.kind == "rope":
         if isinstance(source, type):
-            return ProbeResult(qualname(source), replacement.name, MISMATCH, ("a class cannot take a rotary function",))
+            return ProbeResult(qualified_name(source), replacement.name, MISMATCH, ("a class cannot take a rotary function",))
         return probe_function(source, replacement, config, module)  # type: ignore[arg-type]
     if not isinstance(source, type) or not issubclass(source, nn.Module):
-        return ProbeResult(qualname(source), replacement.name, MISMATCH, ("the source is not an nn.Module class",))
+        return ProbeResult(qualified_name(source), replacement.name, MISMATCH, ("the source is not an nn.Module class",))
     return probe_class(source, replacement, config)
 
 

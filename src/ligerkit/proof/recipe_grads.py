@@ -18,15 +18,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.engine.engine import Engine, token_loss_sum, valid_tokens
-from ligerkit.engine.model_kit import resolve_dtype
-from ligerkit.engine.recipe import load_engine
+from ligerkit.train.models import resolve_dtype
+from ligerkit.train.loading import load_engine
+from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.step import device_batch
 from ligerkit.kit.core import LigerKernelKit
 from ligerkit.kit.custom import CustomPatches, LigerPatch
-from ligerkit.validate.grads import GradParity, GradTolerance, grad_parity
-from ligerkit.verify.catalog import by_name
-from ligerkit.verify.runnable import Runnable, build_model_class, runnable_model
-from ligerkit.verify.suggest import Suggestion
+from ligerkit.loss import token_loss_sum, valid_tokens
+from ligerkit.proof.grads import GradParity, GradTolerance, grad_parity
+from ligerkit.probe.catalog import by_name
+from ligerkit.probe.runnable import Runnable, build_model_class, runnable_model
+from ligerkit.suggest import Suggestion
 
 LIGER_ON = ("model.liger_kernel.enabled=true",)
 
@@ -48,12 +50,12 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
 
     def build() -> nn.Module:
         arm = current["arm"] = next(order, "patched")
-        return engines[arm].prepare_model(device)
+        return engines[arm].setup_model(device)
 
     def loss(model: nn.Module) -> torch.Tensor:
-        engine: Engine = engines[current["arm"]]
+        engine: RecipeEngine = engines[current["arm"]]
         vocab = model.get_output_embeddings().weight.shape[0]
-        batch = engine.device_batch(engine.make_batch(0, 1, vocab), device)
+        batch = device_batch(engine.make_batch(0, 1, vocab), device, engine.config.train.drop_right_padding_mask)
         count = max(valid_tokens(batch["labels"]), 1)
         return token_loss_sum(engine.forward_logits(model, batch), batch["labels"]) / count
 
@@ -92,7 +94,8 @@ def map_grad_parity(module: types.ModuleType, config: Any, custom_patches: Custo
         return model.to(device)
 
     def loss(model: nn.Module) -> torch.Tensor:
-        return Runnable(model, inputs.args, inputs.kwargs).loss()
+        dtype = next(model.parameters()).dtype  # float inputs (hidden states, pixels) follow the arm's dtype
+        return Runnable(model, *_on(device, inputs.args, inputs.kwargs, dtype)).loss()
 
     @contextmanager
     def patched() -> Iterator[None]:
@@ -120,6 +123,15 @@ def _originals(module: types.ModuleType, custom_patches: CustomPatches) -> list[
     return found
 
 
-def _on(device: torch.device, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    move = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+def _on(device: torch.device, args: tuple[Any, ...], kwargs: dict[str, Any],
+        dtype: torch.dtype | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` on ``device`` (tensors inside tuples and lists too), floating ones in ``dtype``."""
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            cast = dtype if dtype is not None and value.is_floating_point() else None
+            return value.to(device, cast) if cast is not None else value.to(device)
+        if isinstance(value, (tuple, list)):
+            return type(value)(move(v) for v in value)
+        return value
+
     return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}

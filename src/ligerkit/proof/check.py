@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from ligerkit.engine.config import load_recipe_config
-from ligerkit.engine.recipe import load_recipe
+from ligerkit.train.config import load_recipe_config
+from ligerkit.train.loading import load_recipe
 from ligerkit.errors import LigerKitError
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult
-from ligerkit.validate.asserts import structure_problems
+from ligerkit.proof.asserts import structure_problems
 
 
 @dataclass
@@ -84,7 +84,7 @@ def check_recipe(path: str | Path) -> CheckResult:
         engine = recipe.engine(config)
         plan.loss_path = engine.loss_path()
         try:
-            model = engine.prepare_model(torch.device("meta"))
+            model = engine.setup_model(torch.device("meta"))
             plan.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
             if plan.liger_enabled:
                 plan.report, plan.scan = engine.kit.report, engine.scan

@@ -1,11 +1,19 @@
-"""Per-step metrics: a JSONL file and a rich progress bar (rank 0 only)."""
+"""Per-step metrics: a JSONL file, and progress (rank 0 only).
+
+Progress is a rich bar when stderr is a terminal; anywhere else (a pipe, nohup, CI) it is a log line
+every ``log_every`` steps through the ``ligerkit`` logger, so a plain log tells the story.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("ligerkit.train")
 
 
 @dataclass(frozen=True)
@@ -28,16 +36,30 @@ class StepMetrics:
         return asdict(self)
 
 
-class MetricsLog:
-    """Appends one JSON line per step; shows a progress bar when asked."""
+    def line(self, total: int) -> str:
+        """The step as one log line."""
+        text = (f"step {self.step + 1}/{total}: loss {self.loss:.4f}, grad norm {self.grad_norm:.3f}, "
+                f"{self.tokens_per_s:,.0f} tokens/s")
+        if self.mfu is not None:
+            text += f", MFU {self.mfu:.1%}"
+        if self.peak_mem_gib is not None:
+            text += f", peak {self.peak_mem_gib:.1f} GiB"
+        return text
 
-    def __init__(self, path: Path | None, total: int, progress: bool, title: str):
+
+class MetricsLog:
+    """Appends one JSON line per step; shows progress when asked (a bar in a terminal, else log lines)."""
+
+    def __init__(self, path: Path | None, total: int, progress: bool, title: str, log_every: int = 10):
         self.path = path
+        self.total = total
+        self.log_every = log_every
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("")
         self._progress = None
-        if progress:
+        self._lines = progress and not sys.stderr.isatty()
+        if progress and not self._lines:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
@@ -52,6 +74,9 @@ class MetricsLog:
         if self.path is not None:
             with self.path.open("a") as fh:
                 fh.write(json.dumps(metrics.to_dict()) + "\n")
+        last = metrics.step + 1 == self.total
+        if self._lines and (metrics.step == 0 or (metrics.step + 1) % self.log_every == 0 or last):
+            log.info(metrics.line(self.total))
         if self._progress is not None:
             status = f"loss {metrics.loss:.4f}  {metrics.tokens_per_s:,.0f} tok/s"
             if metrics.mfu is not None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from ligerkit.verify import reference as R
+from ligerkit.probe import reference as R
 
 
 @dataclass(frozen=True)

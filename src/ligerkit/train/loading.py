@@ -1,4 +1,4 @@
-"""Finding a recipe on disk: its folder, configs, and the Engine subclass in ``engine/``.
+"""Finding a recipe on disk: its folder, configs, and the ``RecipeEngine`` subclass in ``engine/``.
 
 A recipe lives in ``recipes/<name>/`` and is imported as the package ``recipes.<name>`` (the
 folder holding ``recipes/`` goes on ``sys.path``), so its modeling modules have stable dotted
@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ligerkit.engine.config import RecipeConfig, load_recipe_config
-from ligerkit.engine.engine import Engine
+from ligerkit.train.config import RecipeConfig, load_recipe_config
+from ligerkit.train.recipe import RecipeEngine
 from ligerkit.errors import LigerKitError
 
 
@@ -27,7 +27,7 @@ class Recipe:
     """A recipe folder and its engine class."""
 
     root: Path
-    engine_class: type[Engine]
+    engine_class: type[RecipeEngine]
 
     @property
     def name(self) -> str:
@@ -38,7 +38,7 @@ class Recipe:
         """Every shipped YAML under ``configs/``."""
         return sorted((self.root / "configs").glob("*.yaml"))
 
-    def engine(self, config: RecipeConfig) -> Engine:
+    def engine(self, config: RecipeConfig) -> RecipeEngine:
         """An engine for one of this recipe's configs."""
         return self.engine_class(config, recipe_dir=self.root)
 
@@ -54,7 +54,7 @@ def recipe_root(path: str | Path) -> Path:
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Import ``recipes.<name>.engine`` and find its Engine subclass (the base Engine if none)."""
+    """Import ``recipes.<name>.engine`` and find its RecipeEngine subclass (the base class if none)."""
     root = recipe_root(path)
     if root.parent.name != "recipes":
         raise RecipeError(f"{root} must sit in a folder named 'recipes/' (recipes/<name>/)")
@@ -62,19 +62,19 @@ def load_recipe(path: str | Path) -> Recipe:
     if top not in sys.path:
         sys.path.insert(0, top)
     if not (root / "engine" / "__init__.py").is_file():
-        return Recipe(root, Engine)
+        return Recipe(root, RecipeEngine)
     try:
         module = importlib.import_module(f"recipes.{root.name}.engine")
     except Exception as exc:
         raise RecipeError(f"cannot import recipes.{root.name}.engine: {type(exc).__name__}: {exc}") from exc
     found = [c for _, c in inspect.getmembers(module, inspect.isclass)
-             if issubclass(c, Engine) and c is not Engine and c.__module__.startswith(module.__name__)]
+             if issubclass(c, RecipeEngine) and c is not RecipeEngine and c.__module__.startswith(module.__name__)]
     if len(found) != 1:
-        raise RecipeError(f"recipes.{root.name}.engine must define exactly one Engine subclass, found {found}")
+        raise RecipeError(f"recipes.{root.name}.engine must define exactly one RecipeEngine subclass, found {found}")
     return Recipe(root, found[0])
 
 
-def load_engine(config_path: str | Path, overrides: list[str] | None = None) -> Engine:
+def load_engine(config_path: str | Path, overrides: list[str] | None = None) -> RecipeEngine:
     """Config path (+ overrides) -> the recipe's engine."""
     config = load_recipe_config(config_path, overrides)
     return load_recipe(config_path).engine(config)

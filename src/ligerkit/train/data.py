@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from ligerkit.engine.config import DataConfig
+from ligerkit.train.config import DataConfig
+from ligerkit.naming import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 BYTE_OFFSET = 3
 BYTE_VOCAB = 256 + BYTE_OFFSET

@@ -18,9 +18,9 @@ from torch import nn
 
 from ligerkit.errors import LigerKitError
 from ligerkit.hf import SMALL_DIMS, config_class_of, small_config
-from ligerkit.verify.aliasing import in_place_hazard
-from ligerkit.verify.catalog import Replacement, by_kind, twin
-from ligerkit.verify.probe import MATCH, UNPROBED, ProbeResult, probe
+from ligerkit.probe.aliasing import in_place_hazard
+from ligerkit.probe.catalog import Replacement, by_kind, twin
+from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
 
 _NORM = re.compile(r"Norm$")
 _MLP = re.compile(r"(MLP|FeedForward|FFN)$")
@@ -74,7 +74,7 @@ class Suggestion:
 
     def patches_code(self) -> str:
         """A ready-to-paste ``custom_patches`` map of the verified candidates, as Python."""
-        from ligerkit.verify.catalog import CATALOG
+        from ligerkit.probe.catalog import CATALOG
 
         used = {c.replacement for c in self.matched}
         lines = [f"from {r.module_path} import {r.name}" for r in CATALOG if r.name in used]

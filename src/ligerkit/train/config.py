@@ -2,7 +2,7 @@
 
 Unknown keys are rejected with their full path, so a typo never turns into a silently ignored
 option. ``model.liger_kernel`` carries everything the kit needs; Liger is off unless a recipe
-asks for it.
+asks for it. The loss is a training choice (``train.loss``), whatever Liger does.
 """
 
 from __future__ import annotations
@@ -33,30 +33,27 @@ class LigerKernelConfig(_Strict):
     modules: Literal["auto"] | dict[str, bool] = "auto"
     model_family_override: str | None = None
     excluded_modules: tuple[str, ...] = LOSS_MODULES
-    loss: Literal["off", "fused"] = Field(
-        "off", description="off: full logits + cross entropy; fused: ligerkit.loss (FLCE on GPU, chunked on CPU)"
-    )
-    loss_chunk_tokens: int | None = Field(
-        None, gt=0, description="loss: fused only; rows of logits that exist at once (default: "
+
+
+class LossConfig(_Strict):
+    """``train.loss``: how the token-normalized loss is computed (with Liger on or off).
+
+    ``standard``: full logits, float32 cross entropy. ``fused``: ``ligerkit.loss`` from the hidden
+    states and the output head, ``chunk_tokens`` rows of logits at a time (Liger's cross-entropy
+    kernel on a GPU, chunked PyTorch on a CPU). ``model.liger_kernel.loss: off | fused`` and
+    ``model.liger_kernel.loss_chunk_tokens`` are accepted as aliases.
+    """
+
+    path: Literal["standard", "fused"] = "standard"
+    chunk_tokens: int | None = Field(
+        None, gt=0, description="fused only; rows of logits that exist at once (default: "
         "ligerkit.loss.liger_chunks.CHUNK_TOKENS, 512); more rows are faster and hold more memory"
     )
 
-    @field_validator("loss", mode="before")
-    @classmethod
-    def _yaml_off_is_false(cls, value: object) -> object:
-        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
-
     @model_validator(mode="after")
-    def _fused_excludes_liger_loss_kernels(self) -> LigerKernelConfig:
-        if self.loss_chunk_tokens is not None and self.loss != "fused":
-            raise ValueError("loss_chunk_tokens sets the fused loss path's chunks; it needs loss: fused")
-        if self.loss == "fused":
-            enabled = {k for k, v in self.modules.items() if v} if isinstance(self.modules, dict) else set()
-            if not set(LOSS_MODULES) <= set(self.excluded_modules) or enabled & set(LOSS_MODULES):
-                raise ValueError(
-                    "loss: fused computes the loss itself; keep cross_entropy and fused_linear_cross_entropy "
-                    "excluded and off in modules (no double patching)"
-                )
+    def _chunks_need_the_fused_path(self) -> LossConfig:
+        if self.chunk_tokens is not None and self.path != "fused":
+            raise ValueError("chunk_tokens sets the fused loss path's chunks; it needs path: fused")
         return self
 
 
@@ -109,6 +106,9 @@ class TrainConfig(_Strict):
         False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
         "mixed precision (float32 master weights and optimizer states)"
     )
+    loss: LossConfig = LossConfig()
+    log_every: int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
+                           "(output that is not a terminal: pipes, nohup, CI)")
     fused_adamw: bool = Field(
         True, description="on a CUDA GPU, AdamW's fused kernel (one launch, float32 arithmetic for bf16 "
         "parameters) instead of the multi-tensor one; the CPU always uses the multi-tensor one"
@@ -140,6 +140,46 @@ class RecipeConfig(_Strict):
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_aliases(cls, data: Any) -> Any:
+        """``model.liger_kernel.loss`` / ``loss_chunk_tokens`` (the design notes' names) -> ``train.loss``."""
+        liger = data.get("model", {}).get("liger_kernel") if isinstance(data, dict) else None
+        if not isinstance(liger, dict) or not {"loss", "loss_chunk_tokens"} & set(liger):
+            return data
+        data = copy.deepcopy(data)
+        liger = data["model"]["liger_kernel"]
+        train = data.setdefault("train", {})
+        if not isinstance(train, dict):
+            return data
+        loss = train.setdefault("loss", {})
+        if not isinstance(loss, dict):
+            return data
+        if "loss" in liger:
+            value = liger.pop("loss")
+            path = {False: "standard", "off": "standard", "standard": "standard", "fused": "fused"}.get(value, value)
+            if loss.setdefault("path", path) != path:
+                raise ValueError(f"model.liger_kernel.loss={value!r} and train.loss.path={loss['path']!r} disagree; "
+                                 "set only train.loss.path")
+        if "loss_chunk_tokens" in liger:
+            chunks = liger.pop("loss_chunk_tokens")
+            if loss.setdefault("chunk_tokens", chunks) != chunks:
+                raise ValueError("model.liger_kernel.loss_chunk_tokens and train.loss.chunk_tokens disagree; "
+                                 "set only train.loss.chunk_tokens")
+        return data
+
+    @model_validator(mode="after")
+    def _fused_keeps_liger_loss_kernels_off(self) -> RecipeConfig:
+        lk = self.model.liger_kernel
+        if self.train.loss.path == "fused":
+            enabled = {k for k, v in lk.modules.items() if v} if isinstance(lk.modules, dict) else set()
+            if not set(LOSS_MODULES) <= set(lk.excluded_modules) or enabled & set(LOSS_MODULES):
+                raise ValueError(
+                    "train.loss.path: fused computes the loss itself; keep cross_entropy and "
+                    "fused_linear_cross_entropy excluded and off in model.liger_kernel.modules (no double patching)"
+                )
+        return self
+
     @model_validator(mode="after")
     def _compile_over_liger_is_opt_in(self) -> RecipeConfig:
         if self.train.compile and self.model.liger_kernel.enabled and not self.train.compile_over_liger_kernels:
@@ -147,7 +187,7 @@ class RecipeConfig(_Strict):
                 "train.compile with Liger's kernel swaps on is refused by default: on an H200 it was slower "
                 "than the swaps alone and changed the step-1 loss of custom_lm and composite_vlm by 1e-2 to "
                 "2e-2 (docs/benchmarks.md). Use torch.compile with model.liger_kernel.enabled=false and "
-                "model.liger_kernel.loss=fused (the fastest measured), or set "
+                "train.loss.path=fused (the fastest measured), or set "
                 "train.compile_over_liger_kernels=true after `ligerkit smoke` passes with it"
             )
         return self

@@ -1,0 +1,9 @@
+"""Training: the typed recipe config, the recipe spec (``RecipeEngine``), and one ``Trainer`` for all."""
+
+from ligerkit.train.config import RecipeConfig, load_recipe_config
+from ligerkit.train.loading import Recipe, load_engine, load_recipe
+from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.trainer import Trainer, TrainResult
+
+__all__ = ["Recipe", "RecipeConfig", "RecipeEngine", "TrainResult", "Trainer", "load_engine", "load_recipe",
+           "load_recipe_config"]

@@ -1,0 +1,146 @@
+"""``RecipeEngine``: what a recipe declares. Its model build, its Liger wiring, its data; nothing else.
+
+A recipe's engine (``recipes/<name>/engine/``) holds the kit and shows where Liger is wired, in a
+few lines of its own ``prepare_model``::
+
+    class MyEngine(RecipeEngine):
+        def prepare_model(self, device):
+            if self.liger_enabled:
+                self.liger_kit.apply(**self.official_liger())          # before the model exists
+            return self.build_model(device)
+
+The trainer (``trainer.py``) runs any recipe: ``setup_model`` refuses Liger on a machine without an
+accelerator, calls ``prepare_model`` (apply, then build), then scans the built model. Hooks a recipe
+may override: ``prepare_model``, ``build_model``, ``make_batch``, ``forward_logits``,
+``forward_hidden`` and ``fsdp_units``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ligerkit.errors import LigerKitError, LigerNeedsAcceleratorError
+from ligerkit.kit import LigerKernelKit, ScanResult
+from ligerkit.kit.custom import CustomPatches
+from ligerkit.loss import make_loss
+from ligerkit.train.config import RecipeConfig
+from ligerkit.train.data import text_batch
+from ligerkit.train.distributed import DistEnv
+from ligerkit.train.models import build_transformers_model, disable_kv_cache
+
+Batch = dict[str, torch.Tensor]
+
+
+class RecipeEngine:
+    """One recipe: the kit it wires (``self.liger_kit``), the model it builds, the data it trains on."""
+
+    def __init__(self, config: RecipeConfig, recipe_dir: Path | None = None):
+        self.config = config
+        self.recipe_dir = recipe_dir
+        self.liger_kit = LigerKernelKit()
+        self.env = DistEnv.from_env()
+        self.loss = make_loss(config.train.loss.path, config.train.loss.chunk_tokens)
+        self.scan: ScanResult | None = None
+        self.model: nn.Module | None = None
+
+    @property
+    def kit(self) -> LigerKernelKit:
+        """The recipe's kit (``liger_kit``; the short name is kept for earlier callers)."""
+        return self.liger_kit
+
+    @property
+    def liger_enabled(self) -> bool:
+        """``model.liger_kernel.enabled``."""
+        return self.config.model.liger_kernel.enabled
+
+    @property
+    def unwrapped_model(self) -> nn.Module | None:
+        """The model ``setup_model`` built (never sharded or compiled wrappers)."""
+        return self.model
+
+    # ----- the wiring: arguments for ``self.liger_kit.apply`` -----------------------------------
+    def official_liger(self, family: str | None = None) -> dict[str, Any]:
+        """``apply`` arguments for Liger's official route: ``model.liger_kernel.model_family_override``,
+        else ``family``, else ``model.family``; the config's module selection and exclusions."""
+        lk = self.config.model.liger_kernel
+        return {"model_family": lk.model_family_override or family or self.config.model.family,
+                "modules": lk.modules, "excluded_modules": lk.excluded_modules}
+
+    def custom_liger(self, custom_patches: CustomPatches, probe_config: Any = None) -> dict[str, Any]:
+        """``apply`` arguments for a ``custom_patches`` map; ``probe_config`` is what the kit's probes
+        build the mapped modules from. An explicit ``modules`` mapping is the whole selection, here as on
+        the official route: a map entry stays on only when its key is set true there."""
+        lk = self.config.model.liger_kernel
+        if isinstance(lk.modules, Mapping):
+            custom_patches = {k: v for k, v in custom_patches.items() if lk.modules.get(k) is True}
+        return {"model_family": self.config.model.family, "custom_patches": custom_patches,
+                "excluded_modules": lk.excluded_modules, "config": probe_config}
+
+    # ----- hooks --------------------------------------------------------------------------------
+    def prepare_model(self, device: torch.device) -> nn.Module:
+        """Apply Liger, then build the model (recipes show their own wiring here)."""
+        if self.liger_enabled:
+            self.liger_kit.apply(**self.official_liger())
+        return self.build_model(device)
+
+    def build_model(self, device: torch.device) -> nn.Module:
+        """Build the model on ``device`` (after the kit was applied): a transformers model by default."""
+        return build_transformers_model(self.config.model, device)
+
+    def make_batch(self, start: int, size: int, vocab_size: int) -> Batch:
+        """Samples ``start .. start+size-1`` of the deterministic data stream."""
+        return text_batch(self.config.data, vocab_size, self.config.seed, start, size)
+
+    def forward_logits(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Logits for a batch (``labels`` never reach the model: the trainer owns the loss)."""
+        out = model(**{k: v for k, v in batch.items() if k != "labels"})
+        return out if isinstance(out, torch.Tensor) else out.logits
+
+    def forward_hidden(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Final hidden states (before the output head), for the fused loss: the transformers base
+        model (``model.<base_model_prefix>``) by default; custom models override."""
+        base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+        if not isinstance(base, nn.Module):
+            raise LigerKitError(
+                f"{type(model).__name__} has no transformers base model; the recipe's engine must override "
+                "forward_hidden to use train.loss.path: fused"
+            )
+        out = base(**{k: v for k, v in batch.items() if k != "labels"})
+        return out if isinstance(out, torch.Tensor) else out.last_hidden_state
+
+    def fsdp_units(self, model: nn.Module) -> tuple[str, ...]:
+        """Class names FSDP2 shards one by one (transformers' ``_no_split_modules``)."""
+        return tuple(getattr(model, "_no_split_modules", None) or ())
+
+    # ----- what the trainer runs ----------------------------------------------------------------
+    def setup_model(self, device: torch.device) -> nn.Module:
+        """``prepare_model`` (apply, then build), then the scan, in this order, always."""
+        if self.liger_enabled and device.type == "cpu":
+            raise LigerNeedsAcceleratorError(
+                "model.liger_kernel.enabled is true, but Liger's kernels need a CUDA GPU or an Ascend NPU "
+                "and this machine has neither; nothing was built. To train here without Liger, add "
+                "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
+            )
+        torch.manual_seed(self.config.seed)
+        model = self.prepare_model(device)
+        disable_kv_cache(model)  # a training step never reads a key/value cache
+        if self.liger_enabled:
+            self.scan = self.liger_kit.verify(model)
+        self.model = model
+        return model
+
+    def loss_path(self) -> str:
+        """Which loss trains, in words (reports, ``check``, ``train``)."""
+        return self.loss.describe()
+
+    def check_loss_path(self, model: nn.Module, device: torch.device) -> None:
+        """Before training on the fused path: the head applied to the hidden states must give the
+        model's own logits (else :class:`~ligerkit.loss.FusedLossRefusedError`)."""
+        vocab = model.get_output_embeddings().weight.shape[0]
+        batch = {k: v.to(device) for k, v in self.make_batch(0, 1, vocab).items()}
+        self.loss.check(self, model, batch)

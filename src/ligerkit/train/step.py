@@ -1,0 +1,72 @@
+"""One micro-batch through the model and the run's loss, as one module (the FSDP2 root when sharded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ligerkit.errors import LigerKitError
+from ligerkit.loss import LossPath
+from ligerkit.naming import IGNORE_INDEX
+
+Batch = dict[str, torch.Tensor]
+
+
+class StepModule(nn.Module):
+    """The model plus the run's loss, so the output head's parameters are gathered for the fused loss
+    exactly as for the model's own forward."""
+
+    def __init__(self, recipe: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False):
+        super().__init__()
+        self.recipe = recipe  # plain attributes: neither is an nn.Module
+        self.loss = loss
+        self.autocast_bf16 = autocast_bf16
+        self.inner = model
+
+    def forward(self, batch: Batch, scale: float = 1.0) -> torch.Tensor:
+        """The sum of this micro-batch's token losses times ``scale``.
+
+        The trainer passes ``scale = world size / valid tokens of the optimizer step``, so the fused
+        path can divide inside its kernel, before the logits' gradient is rounded, as the standard
+        path's float32 cross entropy does.
+        """
+        if self.autocast_bf16:
+            with torch.autocast(device_type=batch["input_ids"].device.type, dtype=torch.bfloat16):
+                return self.loss(self.recipe, self.inner, batch, scale)
+        return self.loss(self.recipe, self.inner, batch, scale)
+
+
+def drop_right_padding_mask(batch: Batch) -> Batch:
+    """``batch`` without its ``attention_mask``, after checking the mask is redundant for the loss.
+
+    Under causal attention a right-padded sample's real positions never see its padding (it lies in
+    their future), so when every padded position's label is ignored, no counted logit depends on the
+    mask. Without it, SDPA runs its causal flash kernel (grouped-query heads included) instead of the
+    masked kernel with repeated key/value heads. Raises for left padding, holes, or padding that
+    carries a counted label. ``labels`` may be longer than the mask by a prefix (image positions).
+    """
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return batch
+    if bool((mask[:, 1:] > mask[:, :-1]).any()):
+        raise LigerKitError(
+            "train.drop_right_padding_mask is on, but a sample's attention_mask has a 0 before a 1 (left "
+            "padding, packing or holes), so the mask matters; set train.drop_right_padding_mask=false"
+        )
+    labels = batch["labels"][:, -mask.shape[1]:]
+    if bool((labels[mask == 0] != IGNORE_INDEX).any()):
+        raise LigerKitError(
+            "train.drop_right_padding_mask is on, but a padded position has a counted label, so the mask "
+            f"changes the loss; ignore padded labels ({IGNORE_INDEX}) or set train.drop_right_padding_mask=false"
+        )
+    return {k: v for k, v in batch.items() if k != "attention_mask"}
+
+
+def device_batch(batch: Batch, device: torch.device, drop_mask: bool = False) -> Batch:
+    """A micro-batch as the model gets it: without its padding mask when ``drop_mask`` (checked
+    first), every tensor on ``device``."""
+    if drop_mask:
+        batch = drop_right_padding_mask(batch)
+    return {k: v.to(device) for k, v in batch.items()}

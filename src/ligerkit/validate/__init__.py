@@ -1,1 +1,0 @@
-"""Recipe validation: structure, config and wiring asserts shared by every recipe, and ``check``."""
