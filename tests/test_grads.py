@@ -13,7 +13,7 @@ from ligerkit.cli import app
 from ligerkit.proof import smoke
 from ligerkit.proof.grads import GradParity, TensorError, grad_parity
 from ligerkit.proof.recipe_grads import recipe_grad_parity
-from ligerkit.probe.aliasing import _GradIntoGradOutput
+from ligerkit.probe.emulate import GradIntoGradOutput
 from ligerkit.probe.tolerance import GradTolerance, relative_error
 from test_proof import GPU_CONFIG, FakeRunner, run
 from toy_models import modeling_layouts as L
@@ -26,7 +26,7 @@ def emulated_liger_norm(in_place: bool) -> type:
 
     class Emulated(L.LayoutRMSNorm):
         def forward(self, x):
-            return _GradIntoGradOutput.apply(super().forward, in_place, x, self.weight)
+            return GradIntoGradOutput.apply(super().forward, in_place, x, self.weight)
 
     return Emulated
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from liger_kernel.transformers.rms_norm import LigerRMSNorm
 
-from ligerkit import LigerKernelKit, LigerPatch
+from ligerkit import LigerPatch
 from ligerkit.errors import ForeignPatchError, InvalidOptionError, RevertedKitError
 from toy_models import modeling_encoder as enc
 

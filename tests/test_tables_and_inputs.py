@@ -112,3 +112,39 @@ def test_empty_and_duplicate_cli_values_are_errors(args, message):
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"strict": "no"}, "True or False"),
+    ({"trust_remote_code": "x"}, "True or False"),
+    ({"config": object()}, "official route"),
+    ({"probe": False}, "official route"),
+    ({"skip_probe": ["rope"]}, "official route"),
+])
+def test_official_route_refuses_options_it_would_ignore(kit, kwargs, message):
+    with pytest.raises(InvalidOptionError, match=message):
+        kit.apply(model_family="qwen3", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"skip_probe": "rms_norm"}, "skip_probe"),
+    ({"skip_probe": None}, "skip_probe"),
+    ({"config": 5}, "config object"),
+    ({"probe": None}, "True or False"),
+])
+def test_custom_route_checks_its_options(kit, kwargs, message):
+    with pytest.raises(InvalidOptionError, match=message):
+        kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)}, **kwargs)
+    assert not kit.active
+
+
+def test_a_plain_class_cannot_replace_an_nn_module(kit):
+    from ligerkit.errors import KindMismatchError
+
+    with pytest.raises(KindMismatchError, match="nn.Module"):
+        kit.apply(custom_patches={"x": LigerPatch(ENC, "EncoderRMSNorm", int)}, probe=False)
+
+
+def test_verify_refuses_a_scripted_model(kit):
+    with pytest.raises(InvalidOptionError, match="eager"):
+        kit.verify(torch.jit.script(torch.nn.Linear(2, 2)))

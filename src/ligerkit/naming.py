@@ -6,6 +6,8 @@ import inspect
 
 # The label value ignored by the loss: transformers' convention, shared by every recipe.
 IGNORE_INDEX = -100
+# Liger's loss kernels: they change how the loss is computed and normalized, so they stay off by default.
+LOSS_MODULES: tuple[str, ...] = ("cross_entropy", "fused_linear_cross_entropy")
 
 
 class _Missing:

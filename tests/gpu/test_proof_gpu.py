@@ -46,6 +46,7 @@ def test_the_engine_uses_fused_adamw_on_cuda():
 
 @pytest.mark.gpu
 def test_deterministic_training_repeats_bit_for_bit():
+    from ligerkit.train import Trainer
     from ligerkit.train.loading import load_engine
 
     runs = []

@@ -1,6 +1,7 @@
 """Checks of a route's swaps against the model they are for, before the model is built.
 
-Two ways a swap that Liger's helper (or a custom map) makes can still be wrong for the model:
+The custom route's patches are probed first (``probe_patches``: in the catalog, the same math as the
+source). Then two ways a swap (Liger's helper's or a custom map's) can still be wrong for the model:
 
 - **It cannot reach every use.** A table filled at import (``NORM2FN = {"layer_norm":
   nn.LayerNorm}``) or a module-level alias keeps the original, so the model would be built from a
@@ -15,13 +16,22 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
-from ligerkit.errors import InPlaceBackwardError, LigerKitError, UnreachableSwapError
+from ligerkit.errors import (
+    InPlaceBackwardError,
+    LigerKitError,
+    ProbeMismatchError,
+    UncataloguedReplacementError,
+    UnreachableSwapError,
+)
 from ligerkit.kit.snapshot import Change, Table, owner_label
 from ligerkit.naming import MISSING, qualified_name
 from ligerkit.probe.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResult, in_place_hazard
-from ligerkit.probe.catalog import lookup, twin
+from ligerkit.probe import runnable
+from ligerkit.probe.catalog import CATALOG, lookup, twin
+from ligerkit.probe.probe import MISMATCH, UNPROBED, best_alternative, probe
 
 
 def _holds(value: object, original: object) -> bool:
@@ -120,3 +130,55 @@ def swap_problem(changes: Sequence[Change], home_tables: Iterable[Table], home: 
         if result is not None and result.hazard:
             return in_place_error(".".join(owner_label(change.owner, change.attr)), change.after, result)
     return None
+
+
+def _skipped(item: Any, enabled: bool, skip: Collection[str]) -> bool:
+    where = f"{item.patch.module}.{item.patch.attr}"
+    return not enabled or item.name in skip or item.patch.attr in skip or where in skip
+
+
+def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collection[str]) -> tuple[list[str], list[str]]:
+    """Probe every resolved custom patch against the catalog before anything is swapped, then check its
+    in-place writes in the model its module builds.
+
+    Returns ``(probed, unprobed)`` lines for the report. Raises :class:`UncataloguedReplacementError`
+    for a replacement the catalog does not know (unless the caller turned its probe off),
+    :class:`ProbeMismatchError` for one whose math differs from the source's, and
+    :class:`InPlaceBackwardError` for one that writes in place where the model shares that tensor.
+    """
+    probed, unprobed = [], []
+    for item in todo:
+        where = f"{item.patch.module}.{item.patch.attr}"
+        label = f"{item.name}: {where} -> {qualified_name(item.patch.replacement)}"
+        entry = lookup(item.patch.replacement)
+        if _skipped(item, enabled, skip):
+            unprobed.append(f"{label} (probe and in-place check turned off by the caller)")
+            continue
+        if entry is None:
+            raise UncataloguedReplacementError(
+                f"custom_patches[{item.name!r}]: {qualified_name(item.patch.replacement)} is not in ligerkit's "
+                f"catalog, so nothing can check that it computes what {where} computes. Use a catalog "
+                f"replacement ({', '.join(r.name for r in CATALOG)}), or take responsibility explicitly with "
+                f"skip_probe=[{item.name!r}] (or probe=False); the report then lists it as unprobed."
+            )
+        module_config = config if config is not None else runnable.module_config(item.module, None)
+        result = probe(item.original, entry, module_config, item.module)
+        if result.verdict == UNPROBED:
+            unprobed.append(f"{label} ({result.reasons[0]})")
+        elif result.verdict == MISMATCH:
+            alternative = best_alternative(item.original, entry.kind, module_config, item.module, entry.name)
+            advice = (f"Use {alternative} instead: it matches." if alternative
+                      else "No Liger replacement in the catalog matches it: leave it off.")
+            raise ProbeMismatchError(
+                f"custom_patches[{item.name!r}]: {where} does not compute what {entry.name} computes "
+                f"({'; '.join(result.reasons)}). {entry.name} computes: {entry.computes}. {advice} "
+                "(`ligerkit suggest` probes every symbol of a module.)"
+            )
+        else:
+            probed.append(f"{label}: match")
+        aliasing = aliasing_of(item.original, item.patch.replacement, module_config)
+        if aliasing is not None and aliasing.hazard:
+            raise in_place_error(f"custom_patches[{item.name!r}]: {where}", item.patch.replacement, aliasing)
+        if aliasing is not None and not aliasing.checked:
+            unprobed.append(f"{label} (in-place write {aliasing.reason}; {in_place_advice(item.patch.replacement)})")
+    return probed, unprobed

@@ -27,11 +27,13 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import nn
 
 from ligerkit.environment import environment_gaps
-from ligerkit.errors import FamilyResolutionError, InvalidOptionError, InvalidPatchError
+from ligerkit.errors import FamilyResolutionError, InvalidOptionError
 from ligerkit.hf import family_of, load_config
+from ligerkit.kit import arguments
 from ligerkit.kit.custom import CustomPatches, apply_custom
 from ligerkit.kit.families import get_family
 from ligerkit.kit.guard import FirstForwardGuard, reverted_error
@@ -39,9 +41,9 @@ from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.official import Modules, apply_official
 from ligerkit.kit.report import Application, LigerKernelReport
 from ligerkit.kit.scan import ScanResult, scan_model
+from ligerkit.naming import LOSS_MODULES
 from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_all, owners_of
 
-LOSS_MODULES: tuple[str, ...] = ("cross_entropy", "fused_linear_cross_entropy")
 
 log = logging.getLogger("ligerkit.kit")
 
@@ -94,28 +96,18 @@ class LigerKernelKit:
         Raises:
             LigerKitError: a subclass per problem, with what to do in its message.
         """
-        excluded = _names("excluded_modules", excluded_modules)
-        if model_family is not None and (not isinstance(model_family, str) or not model_family.strip()):
-            raise InvalidOptionError(
-                f"model_family must be a non-empty string (a Liger family such as 'qwen3', or a label on the "
-                f"custom route), got {model_family!r}."
-            )
-        if model_name_or_path is not None and not isinstance(model_name_or_path, (str, os.PathLike)):
-            raise InvalidOptionError(
-                f"model_name_or_path must be a local path (str or os.PathLike), got {model_name_or_path!r}."
-            )
+        excluded = arguments.names("excluded_modules", excluded_modules)
+        path, model_family = arguments.local_path(model_name_or_path), arguments.family(model_family)
+        strict, probe = arguments.flag("strict", strict), arguments.flag("probe", probe)
+        trust_remote_code = arguments.flag("trust_remote_code", trust_remote_code)
+        skip, config = arguments.skip_list(skip_probe), arguments.probe_config(config)
+        arguments.official_only(custom_patches is not None, config, probe, skip, modules)
         if custom_patches is not None:
-            if modules != "auto":
-                raise InvalidPatchError(
-                    "`modules` selects Liger's official per-family flags and has no meaning with "
-                    "custom_patches. Put the official family in its own apply() call, then call apply() "
-                    "again with the custom map."
-                )
-            if config is None and model_name_or_path is not None:
-                config = load_config(model_name_or_path, trust_remote_code)
-            app = apply_custom(model_family, custom_patches, excluded, self._ledger, config, probe, skip_probe)
+            if config is None and path is not None:
+                config = load_config(path, trust_remote_code)
+            app = apply_custom(model_family, custom_patches, excluded, self._ledger, config, probe, skip)
         else:
-            family = get_family(self._family_name(model_name_or_path, model_family, trust_remote_code))
+            family = get_family(self._family_name(path, model_family, trust_remote_code))
             already_on = self._turned_on(family.helper_name)
             app = apply_official(family, modules, excluded, self._ledger, already_on, strict)
         self._applications.append(app)
@@ -192,10 +184,10 @@ class LigerKernelKit:
         :class:`~ligerkit.errors.ForeignPatchError` at the first forward if something outside the
         kit changed its swaps or bound Liger's loss forward to the model in between.
         """
-        if not isinstance(model, nn.Module):
+        if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
             raise InvalidOptionError(
-                f"verify() takes the built model (a torch.nn.Module), got {type(model).__name__}: build the "
-                "model after apply(), then pass it to verify()."
+                f"verify() takes the built model (an eager torch.nn.Module), got {type(model).__name__}: build the "
+                "model after apply(), then pass it to verify() before any scripting or wrapping."
             )
         stale = self._stale_swaps(model)
         if stale:
@@ -233,19 +225,3 @@ class LigerKernelKit:
                       or getattr(owner, "__name__", ""))
         return owners_of(m for m in import_all(sorted(n for n in names if n in sys.modules)))
 
-
-def _names(what: str, value: object) -> tuple[str, ...]:
-    """A sequence of module names (not a bare string, no empty or repeated names)."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise InvalidOptionError(
-            f"{what} must be a list of module names, e.g. ['cross_entropy', 'fused_linear_cross_entropy'], "
-            f"got {value!r}."
-        )
-    names = tuple(value)
-    bad = [n for n in names if not isinstance(n, str) or not n.strip()]
-    if bad:
-        raise InvalidOptionError(f"{what} holds {bad!r}; every entry must be a module name.")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise InvalidOptionError(f"{what} names {', '.join(repeated)} more than once.")
-    return names

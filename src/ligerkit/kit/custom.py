@@ -17,6 +17,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from torch import nn
+
 from ligerkit.errors import (
     ConflictingPatchError,
     InvalidPatchError,
@@ -25,17 +27,12 @@ from ligerkit.errors import (
     ModuleConflictError,
     NoEffectError,
     PatchImportError,
-    ProbeMismatchError,
-    UncataloguedReplacementError,
 )
-from ligerkit.kit.checks import aliasing_of, in_place_advice, in_place_error
+from ligerkit.kit.checks import probe_patches
 from ligerkit.kit.ledger import Entry, Ledger, layers
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
 from ligerkit.kit.snapshot import Snapshot, owners_of, scope_of
 from ligerkit.naming import qualified_name
-from ligerkit.probe import runnable
-from ligerkit.probe.catalog import CATALOG, lookup
-from ligerkit.probe.probe import MISMATCH, UNPROBED, best_alternative, probe
 
 
 @dataclass(frozen=True)
@@ -86,6 +83,10 @@ def _kind(obj: object) -> str:
     return "value"
 
 
+def _is_module_class(obj: object) -> bool:
+    return inspect.isclass(obj) and issubclass(obj, nn.Module)
+
+
 def normalize(custom_patches: object) -> list[tuple[str, LigerPatch]]:
     """Flatten ``{name: patch | [patch, ...]}`` into ``(name, patch)`` pairs, checking its shape."""
     if not isinstance(custom_patches, Mapping) or not custom_patches:
@@ -95,7 +96,7 @@ def normalize(custom_patches: object) -> list[tuple[str, LigerPatch]]:
         )
     pairs = []
     for name, value in custom_patches.items():
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str) or not name.strip():
             raise InvalidPatchError(f"custom_patches keys must be non-empty strings, got {name!r}.")
         patches = [value] if isinstance(value, LigerPatch) else value
         if not isinstance(patches, Sequence) or not patches or not all(
@@ -111,7 +112,7 @@ def normalize(custom_patches: object) -> list[tuple[str, LigerPatch]]:
 def _resolve(name: str, patch: LigerPatch) -> _Resolved:
     try:
         module = importlib.import_module(patch.module)
-    except Exception as exc:  # any import failure is the user's to fix, with its cause shown
+    except (Exception, SystemExit) as exc:  # any import failure is the user's to fix, with its cause shown
         raise PatchImportError(
             f"custom_patches[{name!r}]: module {patch.module!r} does not import ({type(exc).__name__}: "
             f"{exc}). It must be importable before the model is built: check the dotted path and that "
@@ -131,12 +132,12 @@ def _resolve(name: str, patch: LigerPatch) -> _Resolved:
     if not hasattr(owner, attr):
         raise _missing(name, patch, owner, attr)
     original = getattr(owner, attr)
-    if _kind(original) != _kind(patch.replacement):
+    if _kind(original) != _kind(patch.replacement) or _is_module_class(original) != _is_module_class(patch.replacement):
         raise KindMismatchError(
             f"custom_patches[{name!r}]: {patch.module}.{patch.attr} is a {_kind(original)} "
             f"({qualified_name(original)}) but the replacement {qualified_name(patch.replacement)} is a "
-            f"{_kind(patch.replacement)}. Replace a class with a class (an nn.Module) and a function "
-            "with a function."
+            f"{_kind(patch.replacement)}. Replace a class with a class (an nn.Module for an nn.Module) and a "
+            "function with a function."
         )
     return _Resolved(name, patch, module, owner, attr, original)
 
@@ -149,57 +150,6 @@ def _missing(name: str, patch: LigerPatch, owner: object, attr: str) -> MissingS
         f"custom_patches[{name!r}]: {patch.module} has no symbol {patch.attr!r} (renamed upstream?)."
         f"{hint} Update the LigerPatch to the symbol the modeling file defines now."
     )
-
-
-def _skipped(item: _Resolved, enabled: bool, skip: Collection[str]) -> bool:
-    where = f"{item.patch.module}.{item.patch.attr}"
-    return not enabled or item.name in skip or item.patch.attr in skip or where in skip
-
-
-def _probe_all(todo: list[_Resolved], config: Any, enabled: bool, skip: Collection[str]) -> tuple[list[str], list[str]]:
-    """Probe every patch against the catalog before anything is swapped, then check its in-place writes.
-
-    Returns ``(probed, unprobed)`` lines for the report. Raises :class:`UncataloguedReplacementError`
-    for a replacement the catalog does not know (unless the caller turned its probe off),
-    :class:`ProbeMismatchError` for one whose math differs from the source's, and
-    :class:`InPlaceBackwardError` for one that writes in place where the model shares that tensor.
-    """
-    probed, unprobed = [], []
-    for item in todo:
-        where = f"{item.patch.module}.{item.patch.attr}"
-        label = f"{item.name}: {where} -> {qualified_name(item.patch.replacement)}"
-        entry = lookup(item.patch.replacement)
-        if _skipped(item, enabled, skip):
-            unprobed.append(f"{label} (probe and in-place check turned off by the caller)")
-            continue
-        if entry is None:
-            raise UncataloguedReplacementError(
-                f"custom_patches[{item.name!r}]: {qualified_name(item.patch.replacement)} is not in ligerkit's "
-                f"catalog, so nothing can check that it computes what {where} computes. Use a catalog "
-                f"replacement ({', '.join(r.name for r in CATALOG)}), or take responsibility explicitly with "
-                f"skip_probe=[{item.name!r}] (or probe=False); the report then lists it as unprobed."
-            )
-        module_config = config if config is not None else runnable.module_config(item.module, None)
-        result = probe(item.original, entry, module_config, item.module)
-        if result.verdict == UNPROBED:
-            unprobed.append(f"{label} ({result.reasons[0]})")
-        elif result.verdict == MISMATCH:
-            alternative = best_alternative(item.original, entry.kind, module_config, item.module, entry.name)
-            advice = (f"Use {alternative} instead: it matches." if alternative
-                      else "No Liger replacement in the catalog matches it: leave it off.")
-            raise ProbeMismatchError(
-                f"custom_patches[{item.name!r}]: {where} does not compute what {entry.name} computes "
-                f"({'; '.join(result.reasons)}). {entry.name} computes: {entry.computes}. {advice} "
-                "(`ligerkit suggest` probes every symbol of a module.)"
-            )
-        else:
-            probed.append(f"{label}: match")
-        aliasing = aliasing_of(item.original, item.patch.replacement, module_config)
-        if aliasing is not None and aliasing.hazard:
-            raise in_place_error(f"custom_patches[{item.name!r}]: {where}", item.patch.replacement, aliasing)
-        if aliasing is not None and not aliasing.checked:
-            unprobed.append(f"{label} (in-place write {aliasing.reason}; {in_place_advice(item.patch.replacement)})")
-    return probed, unprobed
 
 
 def _undo_swaps(snap: Snapshot, ledger: Ledger, keep: int) -> None:
@@ -248,7 +198,7 @@ def apply_custom(
         targets[key] = item
         todo.append(item)
 
-    probed, unprobed = _probe_all(todo, config, probe, skip_probe)
+    probed, unprobed = probe_patches(todo, config, probe, skip_probe)
     home = {i.patch.module for i in resolved}
     owners = owners_of({id(i.module): i.module for i in todo}.values())
     owners += [i.owner for i in todo]

@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 
-from ligerkit.naming import MISSING, qualified_name
+from ligerkit.naming import MISSING
 
 # Process-wide namespaces Liger's helpers rebind (``nn.LayerNorm``, ``nn.CrossEntropyLoss``,
 # ``nn.functional.cross_entropy``, ``ACT2FN["relu2"]``), watched on every official route.

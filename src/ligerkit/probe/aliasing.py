@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ligerkit.naming import qualified_name
+from ligerkit.probe.emulate import emulated_module_forward, emulated_rotary
 from ligerkit.probe.runnable import Runnable, Unrunnable, runnable_model
 
 BACKWARD = "backward"  # dX written into dY
@@ -50,81 +51,6 @@ class AliasingResult:
     def safe(self) -> bool:
         """Checked, and nothing else shares what the replacement writes."""
         return self.checked and not self.hazard
-
-
-class _GradIntoGradOutput(torch.autograd.Function):
-    """``fn(x)`` whose backward may write dX into the incoming dY, as Liger's RMSNorm does."""
-
-    @staticmethod
-    def forward(ctx, fn, in_place, x, *params):  # noqa: D102
-        with torch.enable_grad():
-            xd = x.detach().clone().requires_grad_(True)
-            out = fn(xd)
-        ctx.graph = (out, xd, params, in_place)
-        return out.detach().clone()
-
-    @staticmethod
-    def backward(ctx, dy):  # noqa: D102
-        out, xd, params, in_place = ctx.graph
-        wanted = [p for p in params if p.requires_grad]
-        grads = list(torch.autograd.grad(out, [xd, *wanted], dy, allow_unused=True))
-        dx = grads[0]
-        if in_place and dx is not None and dy.is_contiguous() and dy.shape == dx.shape:
-            dy.copy_(dx)  # Liger's in-place backward: dX lands in dY's storage
-            dx = dy
-        by_param = dict(zip(map(id, wanted), grads[1:], strict=True))
-        return (None, None, dx, *[by_param.get(id(p)) for p in params])
-
-
-def _aliased(t: torch.Tensor) -> bool:
-    """Liger's rotary works on ``t.transpose(1, 2).contiguous()``: in place when that is a no-op."""
-    return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
-
-
-class _RotaryInPlace(torch.autograd.Function):
-    """``fn(q, k)`` that may write its results into q/k and dq/dk into the incoming gradients."""
-
-    @staticmethod
-    def forward(ctx, fn, in_place, q, k):  # noqa: D102
-        with torch.enable_grad():
-            qd, kd = q.detach().clone().requires_grad_(True), k.detach().clone().requires_grad_(True)
-            oq, ok = fn(qd, kd)
-        ctx.graph = (oq, ok, qd, kd, in_place)
-        if in_place:
-            for src, out in ((q, oq), (k, ok)):
-                if _aliased(src) and src.shape == out.shape:
-                    src.data.copy_(out.detach())  # a kernel write: autograd does not see it
-        return oq.detach().clone(), ok.detach().clone()
-
-    @staticmethod
-    def backward(ctx, gq, gk):  # noqa: D102
-        oq, ok, qd, kd, in_place = ctx.graph
-        dq, dk = torch.autograd.grad((oq, ok), (qd, kd), (gq, gk), allow_unused=True)
-        if in_place:
-            if dq is not None and _aliased(gq) and gq.shape == dq.shape:
-                gq.copy_(dq)
-                dq = gq
-            if dk is not None and _aliased(gk) and gk.shape == dk.shape:
-                gk.copy_(dk)
-                dk = gk
-        return None, None, dq, dk
-
-
-def _emulated_module_forward(module: nn.Module, forward: Callable[..., Any], in_place: bool,
-                             x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    params = tuple(module.parameters())
-    return _GradIntoGradOutput.apply(lambda t: forward(t, *args, **kwargs), in_place, x, *params)
-
-
-def _emulated_rotary(fn: Callable[..., Any], in_place: bool, *args: Any, **kwargs: Any) -> Any:
-    bound = inspect.signature(fn).bind(*args, **kwargs)
-    q_name, k_name = list(bound.signature.parameters)[:2]
-    q, k = bound.arguments[q_name], bound.arguments[k_name]
-
-    def call(q_: torch.Tensor, k_: torch.Tensor) -> Any:
-        return fn(**{**bound.arguments, q_name: q_, k_name: k_})
-
-    return _RotaryInPlace.apply(call, in_place, q, k)
 
 
 def _global_names(module: types.ModuleType, obj: object) -> list[str]:
@@ -173,14 +99,14 @@ def _emulating(run: Runnable, source: object, module: types.ModuleType, in_place
     if isinstance(source, type):
         patched = [m for m in run.model.modules() if type(m) is source]
         for m in patched:
-            m.forward = functools.partial(_emulated_module_forward, m, source.forward.__get__(m), in_place)
+            m.forward = functools.partial(emulated_module_forward, m, source.forward.__get__(m), in_place)
         try:
             yield
         finally:
             for m in patched:
                 del m.forward
     else:
-        with _rebound(module, source, functools.partial(_emulated_rotary, source, in_place)):
+        with _rebound(module, source, functools.partial(emulated_rotary, source, in_place)):
             yield
 
 

@@ -17,33 +17,46 @@ from ligerkit.proof.arms import summarize
 from ligerkit.proof.arms import Runner
 
 ARMS: dict[str, list[str]] = {
-    "eager": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off", "train.compile=false"],
-    "liger": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=false"],
-    "liger_fused": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused", "train.compile=false"],
-    "compile": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off", "train.compile=true"],
-    "liger_compile": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off", "train.compile=true",
+    "eager": ["model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=false"],
+    "liger": ["model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=false"],
+    "liger_fused": ["model.liger_kernel.enabled=true", "train.loss.path=fused", "train.compile=false"],
+    "compile": ["model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=true"],
+    "liger_compile": ["model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=true",
                       "train.compile_over_liger_kernels=true"],
     # torch.compile for the decoder layers, Liger's fused linear cross entropy for the part compile
     # cannot shrink (the full logits): the kernel swaps stay off
-    "compile_fused": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=fused", "train.compile=true"],
+    "compile_fused": ["model.liger_kernel.enabled=false", "train.loss.path=fused", "train.compile=true"],
 }
 DEFAULT_ARMS = ("eager", "liger", "liger_fused", "compile", "liger_compile", "compile_fused")
 
 
 def parse_arms(spec: str) -> list[str]:
-    """``eager,liger`` -> arm names (eager first: the ratios are against it)."""
-    arms = [a.strip() for a in spec.split(",") if a.strip()]
+    """``eager,liger`` -> arm names, eager first (the ratios are against it); unknown, empty or repeated
+    names are errors."""
+    arms = [a.strip() for a in spec.split(",")]
+    if not any(arms) or not all(arms):
+        raise LigerKitError(f"--arms {spec!r} has an empty name; choose from {', '.join(ARMS)}")
     unknown = [a for a in arms if a not in ARMS]
-    if unknown or not arms:
-        raise LigerKitError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+    if unknown:
+        raise LigerKitError(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    repeated = sorted({a for a in arms if arms.count(a) > 1})
+    if repeated:
+        raise LigerKitError(f"--arms names {', '.join(repeated)} twice; each arm runs once")
     return ["eager", *[a for a in arms if a != "eager"]]
+
+
+def check_run_options(steps: int, warmup: int, nproc: int) -> None:
+    """Refuse step, warm-up and process counts that cannot give a measurement."""
+    if steps < 1 or nproc < 1 or warmup < 0:
+        raise LigerKitError(f"--steps ({steps}) and --nproc ({nproc}) must be at least 1, --warmup ({warmup}) at least 0")
+    if warmup >= steps:
+        raise LigerKitError(f"--warmup {warmup} must be smaller than --steps {steps}")
 
 
 def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
           on_arm: Callable[[str], None] | None = None, nproc: int = 1) -> dict[str, Any]:
     """Run every arm through ``runner`` (one process each) and compute ratios against eager."""
-    if warmup >= steps:
-        raise LigerKitError(f"--warmup {warmup} must be smaller than --steps {steps}")
+    check_run_options(steps, warmup, nproc)
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:
         run = runner(config, [*overrides, *ARMS[arm], f"train.steps={steps}", "train.progress=false"], nproc=nproc)

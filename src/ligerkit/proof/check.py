@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from ligerkit.train.config import load_recipe_config
-from ligerkit.train.loading import load_recipe
+from ligerkit.train.config import RecipeConfig
+from ligerkit.train.loading import Recipe, load_recipe
 from ligerkit.errors import LigerKitError
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult
@@ -81,17 +82,34 @@ def check_recipe(path: str | Path) -> CheckResult:
             continue
         plan = ConfigPlan(config_path.name, config.model.liger_kernel.enabled)
         result.plans.append(plan)
+        problem = _plan_config(recipe, config, plan)
+        if problem:
+            result.problems.append(f"{config_path.name}: {problem}")
+    return result
+
+
+def _plan_config(recipe: Recipe, config: RecipeConfig, plan: ConfigPlan) -> str | None:
+    """Set one config's model up on the meta device, filling ``plan``; return its problem, if any.
+
+    A ligerkit error is reported as it is; anything else the recipe's own code raises (a model that
+    does not build from its config, a hook that fails) is reported with its type, so one broken
+    config never hides the problems of the others.
+    """
+    engine = None
+    try:
         engine = recipe.engine(config)
         plan.loss_path = engine.loss_path()
-        try:
-            model = engine.setup_model(torch.device("meta"))
-            plan.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
-            if plan.liger_enabled:
-                plan.report, plan.scan = engine.kit.report, engine.scan
-                if plan.scan is not None and plan.scan.unused:
-                    result.problems.append(f"{config_path.name}: swaps the model never uses: {plan.scan.unused}")
-        except LigerKitError as exc:
-            result.problems.append(f"{config_path.name}: {type(exc).__name__}: {exc}")
-        finally:
-            engine.kit.revert()
-    return result
+        model = engine.setup_model(torch.device("meta"))
+        plan.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
+        if plan.liger_enabled:
+            plan.report, plan.scan = engine.liger_kit.report, engine.scan
+            if plan.scan is not None and plan.scan.unused:
+                return f"swaps the model never uses: {plan.scan.unused}"
+        return None
+    except LigerKitError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # the recipe's own code failed: reported, never a traceback
+        return f"the recipe failed to set its model up on the meta device ({type(exc).__name__}: {exc})"
+    finally:
+        if engine is not None:
+            engine.liger_kit.revert()

@@ -76,7 +76,7 @@ class RecipeEngine:
         build the mapped modules from. An explicit ``modules`` mapping is the whole selection, here as on
         the official route: a map entry stays on only when its key is set true there."""
         lk = self.config.model.liger_kernel
-        if isinstance(lk.modules, Mapping):
+        if isinstance(lk.modules, Mapping) and isinstance(custom_patches, Mapping):
             custom_patches = {k: v for k, v in custom_patches.items() if lk.modules.get(k) is True}
         return {"model_family": self.config.model.family, "custom_patches": custom_patches,
                 "excluded_modules": lk.excluded_modules, "config": probe_config}

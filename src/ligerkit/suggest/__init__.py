@@ -4,32 +4,27 @@ catalog, and write the ``custom_patches`` map of the verified ones. When unsure,
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import json
 import re
-import sys
 import types
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from ligerkit.errors import LigerKitError
-from ligerkit.hf import SMALL_DIMS, config_class_of, small_config
+from ligerkit.hf import SMALL_DIMS
 from ligerkit.probe.aliasing import in_place_hazard
 from ligerkit.probe.catalog import Replacement, by_kind, twin
 from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
+from ligerkit.suggest.inputs import SuggestError, load_config, load_module
+
+__all__ = ["Candidate", "SuggestError", "Suggestion", "load_config", "load_module", "suggest"]
 
 _NORM = re.compile(r"Norm$")
 _MLP = re.compile(r"(MLP|FeedForward|FFN)$")
 _ROPE = re.compile(r"^apply_(multimodal_)?rotary_pos_emb$")
 _CONFIG_ATTR = re.compile(r"config\.(\w+)")
-class SuggestError(LigerKitError):
-    """The module or config for ``suggest`` cannot be loaded."""
-
-
 @dataclass
 class Candidate:
     """One source symbol, its verdict and why."""
@@ -90,57 +85,6 @@ class Suggestion:
         """JSON-ready form."""
         return {"module": self.module, "config": self.config, "candidates": [c.to_dict() for c in self.candidates],
                 "custom_patches": self.patches_code()}
-
-
-def load_module(spec: str) -> types.ModuleType:
-    """A dotted module name, or a ``.py`` file (imported under its package's dotted name)."""
-    path = Path(spec)
-    if spec.endswith(".py") or path.exists():
-        path = path.resolve()
-        if not path.is_file():
-            raise SuggestError(f"{spec} is not a Python file")
-        parts = [path.stem]
-        root = path.parent
-        while (root / "__init__.py").exists():
-            parts.insert(0, root.name)
-            root = root.parent
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
-        spec = ".".join(parts)
-    try:
-        return importlib.import_module(spec)
-    except Exception as exc:
-        raise SuggestError(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
-
-
-def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str, Any] | None = None) -> Any:
-    """A small config: ``pkg.Class`` / ``pkg.module:Class``, a JSON file, or the module's own config class."""
-    overrides = overrides or {}
-    if spec is None:
-        cls = config_class_of(module)
-        return _small(cls, overrides) if cls is not None else None
-    path = Path(spec)
-    if path.suffix == ".json" and path.is_file():
-        data = {**json.loads(path.read_text()), **overrides}
-        if "model_type" in data:
-            from transformers import AutoConfig
-
-            return AutoConfig.for_model(**data)
-        return types.SimpleNamespace(**data)
-    module_name, _, attr = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except Exception as exc:
-        raise SuggestError(f"cannot load config class {spec}: {exc}") from exc
-    return _small(cls, overrides)
-
-
-def _small(cls: type, overrides: dict[str, Any]) -> Any:
-    """The config class at small dimensions, as a :class:`SuggestError` when it cannot be built."""
-    try:
-        return small_config(cls, overrides)
-    except ValueError as exc:
-        raise SuggestError(str(exc)) from exc
 
 
 def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:

@@ -1,0 +1,17 @@
+"""``ligerkit`` command line: families | plan | suggest | check | train | smoke | bench.
+
+Every verb takes ``--json`` for machine-readable output; a ligerkit error exits with code 1 and
+its message on stderr. The verbs live in ``kit_commands`` (no training) and ``run_commands``.
+"""
+
+from __future__ import annotations
+
+from ligerkit.cli import kit_commands, run_commands  # noqa: F401  (registers the verbs on ``app``)
+from ligerkit.cli.common import app, parse_exclude, parse_modules, scan_lines
+
+__all__ = ["app", "main", "parse_exclude", "parse_modules", "scan_lines"]
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,137 @@
+"""What every ``ligerkit`` verb shares: the app, the consoles, option parsing, error handling, output."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ligerkit.errors import InvalidOptionError, LigerKitError
+from ligerkit.naming import LOSS_MODULES
+
+app = typer.Typer(
+    help="Wire Liger Kernel into a training recipe before the model is built, and prove every swap.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+_TRUE = {"on", "true", "1", "yes"}
+_FALSE = {"off", "false", "0", "no"}
+
+
+def parse_modules(spec: str) -> str | dict[str, bool]:
+    """``auto`` or ``rope=on,swiglu=off`` -> ``"auto"`` or ``{"rope": True, "swiglu": False}``.
+
+    Empty items, a name without a value and a name given twice are errors, never guesses.
+    """
+    spec = spec.strip()
+    if spec == "auto":
+        return "auto"
+    selection: dict[str, bool] = {}
+    for item in (p.strip() for p in spec.split(",")):
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip().lower()
+        if not item or not sep or not name or value not in _TRUE | _FALSE:
+            raise InvalidOptionError(
+                f"--modules: cannot read {item!r} in {spec!r}; use 'auto' or name=on|off pairs, e.g. "
+                "rope=on,swiglu=off."
+            )
+        if name in selection:
+            raise InvalidOptionError(f"--modules names {name!r} twice; give each module once.")
+        selection[name] = value in _TRUE
+    return selection
+
+
+def parse_exclude(spec: str | None) -> tuple[str, ...]:
+    """Comma-separated module names; ``none`` for no exclusions; default: the loss kernels."""
+    if spec is None:
+        return LOSS_MODULES
+    if spec.strip().lower() == "none":
+        return ()
+    names = tuple(p.strip() for p in spec.split(","))
+    if not all(names):
+        raise InvalidOptionError(
+            f"--exclude {spec!r} has an empty name; list module names (e.g. cross_entropy,"
+            "fused_linear_cross_entropy), or 'none' to exclude nothing."
+        )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InvalidOptionError(f"--exclude names {', '.join(repeated)} twice; give each module once.")
+    return names
+
+
+def non_empty(option: str, value: str | None) -> str | None:
+    """``value``, refusing an empty string (an empty option is a mistake, never a default)."""
+    if value is not None and not value.strip():
+        raise InvalidOptionError(f"{option} is empty; give a value or leave the option out.")
+    return value
+
+
+def run(body: Callable[[], None]) -> None:
+    """Run a verb's body: a ligerkit error exits 1 with its message on stderr, never a traceback."""
+    try:
+        body()
+    except LigerKitError as exc:
+        err.print(f"[bold red]error[/]: {type(exc).__name__}: {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def emit_json(data: Any) -> None:
+    """Write ``data`` as indented JSON on stdout (machine-readable output of ``--json``)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def render_scan(scan: Any, model_class: str, config_source: str) -> None:
+    """Print a scan result, one finding a line."""
+    for line in scan_lines(scan, model_class, config_source):
+        out.print(line, markup=False, soft_wrap=True)
+
+
+def scan_lines(scan: Any, model_class: str, config_source: str) -> list[str]:
+    """The scan result as plain lines."""
+    lines = [f"Scan of {model_class} built on the meta device from {config_source}:"]
+    lines += [f"  {count:4d} x {name}" for name, count in scan.counts.items()]
+    lines += [f"  unused (no instance in this model): {swap}" for swap in scan.unused]
+    lines += [f"  function swap (not visible in the module tree): {fn}" for fn in scan.function_swaps]
+    lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in scan.stale]
+    lines.append("Validated: swaps measured, model scanned. Still to run on a GPU: `pytest -m gpu` (loss parity).")
+    return lines
+
+
+def log_to_stderr() -> None:
+    """Show the ``ligerkit`` logger's INFO lines on stderr (the library itself never adds handlers)."""
+    logger = logging.getLogger("ligerkit")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def require_gpu(verb: str) -> None:
+    """Exit with code 3 and the reason where Liger's kernels cannot run."""
+    from ligerkit.proof import arms
+
+    try:
+        arms.require_accelerator(verb)
+    except arms.NoAcceleratorError as exc:
+        err.print(str(exc), markup=False, soft_wrap=True)
+        raise typer.Exit(arms.NO_GPU_EXIT) from None
+
+
+def tolerance(cls: Any, factor: float, slack: float) -> Any:
+    """A gradient tolerance from the CLI's options (a bad value is an InvalidOptionError)."""
+    try:
+        return cls(factor, slack)
+    except ValueError as exc:
+        raise InvalidOptionError(f"--grad-factor/--grad-slack: {exc}") from None

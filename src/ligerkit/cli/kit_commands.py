@@ -1,0 +1,182 @@
+"""The verbs that look at Liger and a model without training it: families, plan, suggest, check (CPU)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ligerkit.cli.common import (
+    JsonOpt,
+    app,
+    emit_json,
+    err,
+    non_empty,
+    out,
+    parse_exclude,
+    parse_modules,
+    render_scan,
+    require_gpu,
+    run,
+)
+from ligerkit.errors import InvalidOptionError
+
+@app.command()
+def families(as_json: JsonOpt = False) -> None:
+    """List every family in Liger's registry: helper, accepted modules and Liger's defaults."""
+    from ligerkit.kit.families import all_families
+
+    def body() -> None:
+        rows = [
+            {"family": f.name, "helper": f.helper.__name__, "modules": dict(f.defaults),
+             "modeling_modules": list(f.modeling_modules)}
+            for f in all_families().values()
+        ]
+        if as_json:
+            emit_json(rows)
+            return
+        table = Table(title=f"Liger families ({len(rows)})", title_justify="left")
+        for col in ("family", "helper", "modules (Liger default)"):
+            table.add_column(col)
+        for row in rows:
+            mods = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in row["modules"].items())
+            table.add_row(row["family"], row["helper"], mods)
+        out.print(table)
+
+    run(body)
+
+
+@app.command()
+def plan(
+    family: Annotated[str | None, typer.Option("--family", help="Liger family (model_type), e.g. qwen3.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Local model/config directory.")] = None,
+    modules: Annotated[str, typer.Option(help="'auto' or name=on|off pairs, e.g. rope=on,swiglu=off.")] = "auto",
+    exclude: Annotated[
+        str | None, typer.Option(help="Modules kept off (comma-separated; 'none' for none). Default: loss kernels.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply, build the model on the meta device, verify the swaps reached it, print the report, revert.
+
+    With no options it plans the built-in default: a small Qwen3.
+    """
+    from ligerkit.plan import plan as run_plan
+
+    def body() -> None:
+        non_empty("--family", family)
+        non_empty("--model", model)
+        if family and model:
+            raise InvalidOptionError("Give --family or --model, not both.")
+        result = run_plan(family, model, parse_modules(modules), parse_exclude(exclude))
+        if as_json:
+            emit_json(result.to_dict())
+            return
+        from ligerkit.kit.report import render_report
+
+        render_report(result.report, out)
+        render_scan(result.scan, result.model_class, result.config_source)
+
+    run(body)
+
+
+@app.command()
+def suggest(
+    module: Annotated[str, typer.Argument(help="Modeling module (dotted name) or .py file, e.g. a vendored copy.")],
+    config: Annotated[str | None, typer.Option(help="Config class (pkg.Class or pkg.module:Class) or JSON file.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override, e.g. --set mlp_bias=true.")] = None,
+    gpu: Annotated[bool, typer.Option("--gpu", help="Then prove the printed map on a CUDA GPU: per-parameter "
+                                                    "gradients of a small model of the module, Liger on vs off, "
+                                                    "against float32.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Probe every norm / MLP / rotary symbol of a modeling module and print the verified custom_patches map.
+
+    Each candidate is compared, forward and backward in float32 and bfloat16, against the pure-PyTorch
+    reference of every compatible Liger replacement; anything that does not match exactly is left off.
+    A replacement that writes in place (Liger's default RMSNorm, its rotary) is checked in a small model
+    of the module: where another consumer shares what it writes, the out-of-place twin is printed, or
+    the symbol is left off. With --gpu, the map is then applied on a GPU and every parameter's gradient
+    is compared against an unpatched bfloat16 and a float32 run (exit 1 on failure, 3 without a GPU).
+    """
+    from ligerkit.train.config import parse_override
+    from ligerkit.suggest import suggest as run_suggest
+
+    def body() -> None:
+        overrides = {}
+        for item in set_ or []:
+            path, value = parse_override(item)
+            overrides[".".join(path)] = value
+        if gpu:
+            require_gpu("suggest --gpu")
+        result = run_suggest(module, config, overrides)
+        grads = _suggest_gradients(result) if gpu else None
+        if as_json:
+            emit_json({**result.to_dict(), "gradients": grads.to_dict() if grads is not None else None})
+            if grads is not None and not grads.passed:
+                raise typer.Exit(1)
+            return
+        table = Table(title=f"{result.module} (config: {result.config})", title_justify="left")
+        for col in ("symbol", "kind", "verdict", "replacement", "reason"):
+            table.add_column(col, overflow="fold")
+        for c in result.candidates:
+            table.add_row(c.symbol, c.kind, c.verdict, c.replacement or "-", c.reason)
+        out.print(table)
+        out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates verified", markup=False)
+        sys.stdout.write(result.patches_code() + "\n")  # unwrapped: ready to paste
+        if grads is not None:
+            out.print(grads.summary(), markup=False, soft_wrap=True)
+            if not grads.passed:
+                raise typer.Exit(1)
+
+    run(body)
+
+
+@app.command()
+def check(
+    recipe_dir: Annotated[str, typer.Argument(help="Recipe folder (default: the composite VLM example).")] = "recipes/composite_vlm",
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a recipe on the CPU: structure, every config, plan + meta-device build + verify.
+
+    Exit code 1, with every reason, when anything is wrong.
+    """
+    from ligerkit.kit.report import render_report
+    from ligerkit.proof.check import check_recipe
+
+    def body() -> None:
+        result = check_recipe(recipe_dir)
+        if as_json:
+            emit_json(result.to_dict())
+        else:
+            out.print(f"Recipe {result.recipe}: {len(result.plans)} config(s)", markup=False)
+            for plan in result.plans:
+                out.print(f"\n== {plan.config}: Liger {'on' if plan.liger_enabled else 'off'} ==", markup=False)
+                out.print(f"loss path: {plan.loss_path}", markup=False, soft_wrap=True)
+                if plan.report is not None and plan.scan is not None:
+                    render_report(plan.report, out)
+                    render_scan(plan.scan, plan.model_class or "?", plan.config)
+                elif plan.model_class is None:
+                    out.print("did not build: see the problems below", markup=False)
+                else:
+                    out.print(f"builds {plan.model_class} without Liger", markup=False)
+            for problem in result.problems:
+                err.print(f"problem: {problem}", markup=False, soft_wrap=True)
+            out.print("check: OK" if result.ok else f"check: {len(result.problems)} problem(s)", markup=False)
+        if not result.ok:
+            raise typer.Exit(1)
+
+    run(body)
+
+
+def _suggest_gradients(result: Any) -> Any:
+    """Gradient parity of a suggestion's map on the GPU (``None`` when nothing was verified)."""
+    import torch
+
+    from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
+
+    patches = suggested_patches(result)
+    if not patches:
+        raise InvalidOptionError("suggest --gpu: no candidate was verified, so there is no map to prove.")
+    return map_grad_parity(result.module_object, result.config_object, patches, torch.device("cuda"))

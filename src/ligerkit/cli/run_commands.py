@@ -1,0 +1,165 @@
+"""The verbs that train: train (CPU or GPU), and the GPU proofs smoke and bench."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ligerkit.cli.common import (
+    JsonOpt,
+    app,
+    emit_json,
+    err,
+    log_to_stderr,
+    out,
+    render_scan,
+    require_gpu,
+    run,
+    tolerance,
+)
+
+@app.command()
+def train(
+    config: Annotated[str, typer.Argument(help="Recipe config, e.g. recipes/qwen3/configs/cpu.yaml.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override, e.g. --set train.steps=5.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Train a recipe config (Liger as the config says; under torchrun for several GPUs).
+
+    Progress goes to stderr: a bar in a terminal, log lines elsewhere (train.log_every steps apart).
+    """
+    from ligerkit.kit.report import render_report
+    from ligerkit.train import Trainer, load_engine
+
+    def body() -> None:
+        overrides = list(set_ or [])
+        if as_json:
+            overrides.append("train.progress=false")
+        engine = load_engine(config, overrides)
+        log_to_stderr()
+        result = Trainer(engine).train()
+        if not engine.env.main:
+            return
+        if as_json:
+            emit_json({
+                "config": engine.config.model_dump(mode="json"),
+                "loss_path": engine.loss_path(),
+                "report": result.report.to_dict() if result.report else None,
+                "scan": result.scan.to_dict() if result.scan else None,
+                "steps": [s.to_dict() for s in result.steps],
+            })
+            return
+        if result.report is not None:
+            render_report(result.report, out)
+            if result.scan is not None:
+                render_scan(result.scan, "the trained model", "the recipe config")
+        else:
+            out.print("Liger: off (model.liger_kernel.enabled is false); the model trained unpatched.", markup=False)
+        out.print(f"loss path: {engine.loss_path()}", markup=False, soft_wrap=True)
+        first, last = result.steps[0], result.steps[-1]
+        out.print(f"trained {len(result.steps)} steps: loss {first.loss:.4f} -> {last.loss:.4f}, "
+                  f"median {result.median_tokens_per_s:,.0f} tokens/s after the first step", markup=False)
+
+    run(body)
+
+
+@app.command()
+def smoke(
+    target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
+    steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for both arms.")] = None,
+    nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    grad_factor: Annotated[float, typer.Option(help="Gradient check: a tensor fails when its relative error "
+                                                   "against float32 exceeds this x eager's + --grad-slack.")] = 2.0,
+    grad_slack: Annotated[float, typer.Option(help="Gradient check: added to the bound.")] = 0.01,
+    out_dir: Annotated[str, typer.Option("--out", help="Folder for smoke.json and smoke.png.")] = "runs/smoke",
+    as_json: JsonOpt = False,
+) -> None:
+    """Prove Liger on a recipe: step-1 gradients per parameter, then the loss curve, Liger off vs on.
+
+    First, in this process: the recipe's model with Liger off in float32 (the truth), off in the
+    training dtype, and on; every parameter tensor's relative gradient error against float32 must
+    stay within GRAD_FACTOR x eager's + GRAD_SLACK (the kit is reverted after). Then each arm trains in
+    its own process from the same seed and data: per-step loss and grad norm within a dtype
+    tolerance. Exit 1 when either fails; exit 3 (with a message) on a machine without a GPU.
+    """
+    from pathlib import Path
+
+    from ligerkit.proof import arms, smoke
+    from ligerkit.proof.bench import check_run_options
+    from ligerkit.proof.recipe_grads import recipe_grad_parity
+    from ligerkit.train.config import load_recipe_config
+    from ligerkit.probe.tolerance import GradTolerance
+
+    def body() -> None:
+        config = arms.resolve_config(target)
+        grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
+        check_run_options(steps, 0, nproc)
+        load_recipe_config(config, list(set_ or []))  # a bad config or --set is named before the GPU check
+        require_gpu("smoke")
+        import torch
+
+        overrides = list(set_ or [])
+        result = smoke.smoke(config, steps, overrides, arms.default_runner(), nproc,
+                              gradients=lambda: recipe_grad_parity(config, overrides, torch.device("cuda"), grad_tolerance))
+        files = smoke.write_outputs(result, Path(out_dir))
+        if as_json:
+            emit_json(result.to_dict())
+        else:
+            out.print(result.table(), markup=False)
+            if result.gradients is not None:
+                out.print(result.gradients.summary(), markup=False, soft_wrap=True)
+            out.print(f"max loss gap {max(result.loss_gaps):.2e} (tolerance {result.loss_tolerance:g}, {result.dtype}); "
+                      f"max grad-norm gap {max(result.grad_norm_rel_gaps):.1%} (tolerance {result.grad_norm_rtol:.0%})"
+                      f": {'PASS' if result.passed else 'FAIL'}; wrote {', '.join(map(str, files))}", markup=False)
+        if not result.passed:
+            raise typer.Exit(1)
+
+    run(body)
+
+
+@app.command()
+def bench(
+    target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
+    arms: Annotated[str, typer.Option(
+        help="Comma-separated, from: eager (Liger off), liger (kernel swaps), liger_fused (swaps + fused loss), "
+             "compile (torch.compile per decoder layer), liger_compile (swaps + compile), compile_fused "
+             "(compile + fused loss, no swaps).")] = "eager,liger,liger_fused,compile,liger_compile,compile_fused",
+    steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
+    warmup: Annotated[int, typer.Option(help="First steps excluded from timing.")] = 5,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for every arm.")] = None,
+    nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    out_dir: Annotated[str, typer.Option("--out", help="Folder for bench.json and bench.md.")] = "runs/bench",
+    as_json: JsonOpt = False,
+) -> None:
+    """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager.
+
+    Exit 3 (with a message) on a machine without a GPU.
+    """
+    from pathlib import Path
+
+    from rich.progress import Progress
+
+    from ligerkit.proof import bench as B
+    from ligerkit.proof.arms import default_runner, resolve_config
+    from ligerkit.train.config import load_recipe_config
+
+    def body() -> None:
+        config = resolve_config(target)
+        chosen = B.parse_arms(arms)
+        B.check_run_options(steps, warmup, nproc)
+        load_recipe_config(config, list(set_ or []))  # a bad config or --set is named before the GPU check
+        require_gpu("bench")
+        with Progress(console=err, disable=as_json) as progress:
+            task = progress.add_task("bench arms", total=len(chosen))
+            result = B.bench(config, chosen, steps, warmup, list(set_ or []), default_runner(),
+                             on_arm=lambda arm: progress.advance(task), nproc=nproc)
+        files = B.write_outputs(result, Path(out_dir))
+        if as_json:
+            emit_json(result)
+        else:
+            out.print(B.to_markdown(result), markup=False)
+            out.print(f"wrote {', '.join(map(str, files))}", markup=False)
+
+    run(body)

@@ -1,0 +1,128 @@
+"""What ``suggest`` probes: the modeling module a user points at, and the small config it builds from."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from ligerkit.errors import LigerKitError
+from ligerkit.hf import config_class_of, small_config
+
+
+class SuggestError(LigerKitError):
+    """The module or config for ``suggest`` cannot be loaded."""
+
+
+def load_module(spec: str) -> types.ModuleType:
+    """A dotted module name, or a ``.py`` file (imported under its package's dotted name)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise SuggestError("give a modeling module: a dotted name (transformers.models.llama.modeling_llama) or a .py file")
+    path = Path(spec)
+    if spec.endswith(".py") or path.exists():
+        path = path.resolve()
+        if not path.is_file():
+            raise SuggestError(f"{spec} does not exist or is not a Python file")
+        parts = [path.stem]
+        root = path.parent
+        while (root / "__init__.py").exists():
+            parts.insert(0, root.name)
+            root = root.parent
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        spec = ".".join(parts)
+    try:
+        return importlib.import_module(spec)
+    except (Exception, SystemExit) as exc:  # the module's own failure, named with its cause
+        raise SuggestError(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
+
+
+def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str, Any] | None = None) -> Any:
+    """A small config: ``pkg.Class`` / ``pkg.module:Class``, a JSON file, or the module's own config class.
+
+    A JSON file without ``model_type`` fills the module's own config class. ``overrides`` (and JSON
+    keys) the config class does not know are errors, with close matches.
+    """
+    overrides = overrides or {}
+    if spec is None:
+        cls = config_class_of(module)
+        if cls is None:
+            _check_options(None, overrides)
+        return _small(cls, overrides) if cls is not None else None
+    if spec.endswith(".json"):
+        return _json_config(Path(spec), module, overrides)
+    module_name, _, attr = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+    if not module_name or not attr:
+        raise SuggestError(f"--config {spec!r}: give a config class as pkg.module:Class (or pkg.Class) or a .json file")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (Exception, SystemExit) as exc:
+        raise SuggestError(f"cannot load config class {spec}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(cls, type):
+        raise SuggestError(f"--config {spec} is a {type(cls).__name__}, not a config class")
+    return _small(cls, overrides)
+
+
+def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]) -> Any:
+    if not path.is_file():
+        raise SuggestError(f"--config {path}: no such JSON file")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SuggestError(f"--config {path} is not readable JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SuggestError(f"--config {path} holds a JSON {type(data).__name__}; it must be an object of config values")
+    data = {**data, **overrides}
+    if "model_type" in data:
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.for_model(**data)
+        except Exception as exc:
+            raise SuggestError(f"--config {path}: transformers cannot make a config from it ({exc})") from exc
+    cls = config_class_of(module)
+    if cls is None:
+        return types.SimpleNamespace(**data)
+    _check_options(cls, data)
+    try:
+        return cls(**data)
+    except Exception as exc:
+        raise SuggestError(f"--config {path}: {cls.__name__} does not take these values ({exc})") from exc
+
+
+def _known_options(cls: type) -> set[str]:
+    known = set(inspect.signature(cls).parameters) - {"self", "kwargs", "args"}
+    try:
+        known |= set(vars(cls()).keys())  # transformers configs: every attribute a default instance has
+    except Exception:  # a config class without defaults: its signature is what it takes
+        pass
+    return known
+
+
+def _check_options(cls: type | None, options: dict[str, Any]) -> None:
+    """Refuse options the config class does not know (a typo must not be probed as a new setting)."""
+    if not options:
+        return
+    if cls is None:
+        raise SuggestError(f"--set {', '.join(options)}: the module has no config class to set them on; "
+                           "pass --config pkg.module:Class or a JSON file")
+    known = _known_options(cls)
+    unknown = [key for key in options if key not in known]
+    if unknown:
+        hints = [f"{key}" + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, known, n=1))
+                             else "") for key in unknown]
+        raise SuggestError(f"{cls.__name__} has no option {', '.join(hints)}")
+
+
+def _small(cls: type, overrides: dict[str, Any]) -> Any:
+    """The config class at small dimensions, as a :class:`SuggestError` when it cannot be built."""
+    _check_options(cls, overrides)
+    try:
+        return small_config(cls, overrides)
+    except ValueError as exc:
+        raise SuggestError(str(exc)) from exc

@@ -1,0 +1,82 @@
+"""The package's shape: imports point one way, modules stay small, every public definition is documented.
+
+Layers, lowest first: errors/environment/naming -> hf -> probe -> kit -> loss, suggest, plan ->
+train -> proof -> cli. A module may import its own layer or lower ones, at the top of the file or
+inside a function (lazy imports are for start-up time, never for hiding a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "ligerkit"
+
+LAYERS = {
+    "ligerkit": 0, "ligerkit.errors": 0, "ligerkit.environment": 0, "ligerkit.naming": 0,
+    "ligerkit.hf": 1,
+    "ligerkit.probe": 2,
+    "ligerkit.kit": 3,
+    "ligerkit.loss": 4, "ligerkit.suggest": 4, "ligerkit.plan": 4,
+    "ligerkit.train": 5, "ligerkit.engine": 5,
+    "ligerkit.integrations": 6, "ligerkit.proof": 6,
+    "ligerkit.cli": 7, "ligerkit.__main__": 7,
+}
+PUBLIC_API = "ligerkit"  # the package root re-exports the kit's public names: it may import the kit
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in LAYERS and (key != "ligerkit" or n == len(parts)):
+            return LAYERS[key]
+    raise KeyError(f"{module} has no layer: add it to LAYERS")
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        found.append((name, path))
+    return found
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    return [n for n in names if n == "ligerkit" or n.startswith("ligerkit.")]
+
+
+@pytest.mark.parametrize("name, path", _modules(), ids=[n for n, _ in _modules()])
+def test_imports_point_down(name, path):
+    if name == PUBLIC_API:
+        return
+    mine = _layer(name)
+    upward = [imported for imported in _imports(path) if _layer(imported) > mine]
+    assert not upward, f"{name} (layer {mine}) imports higher layers: {upward}"
+
+
+@pytest.mark.parametrize("name, path", _modules(), ids=[n for n, _ in _modules()])
+def test_modules_stay_under_300_lines(name, path):
+    assert len(path.read_text().splitlines()) <= 300, name
+
+
+def test_public_definitions_are_documented():
+    missing = []
+    for name, path in _modules():
+        tree = ast.parse(path.read_text())
+        if ast.get_docstring(tree) is None:
+            missing.append(name)
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                if ast.get_docstring(node) is None:
+                    missing.append(f"{name}.{node.name}")
+    assert not missing, missing
