@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import transformers
 
+from ligerkit.hf import SMALL_DIMS
 from ligerkit.naming import IGNORE_INDEX
 
 PAD_TOKEN_ID = 0
@@ -40,19 +41,8 @@ def tiny_qwen3_vl_config(**text_overrides: Any) -> transformers.Qwen3VLConfig:
     The vision tower's ``out_hidden_size`` follows the text ``hidden_size`` and the
     M-RoPE ``mrope_section`` follows ``head_dim`` unless ``rope_parameters`` is given.
     """
-    text: dict[str, Any] = {
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "hidden_act": "silu",
-        "max_position_embeddings": 512,
-        "pad_token_id": PAD_TOKEN_ID,
-    }
-    text.update(text_overrides)
+    text: dict[str, Any] = {**SMALL_DIMS, "vocab_size": 512, "hidden_act": "silu", "max_position_embeddings": 512,
+                            "pad_token_id": PAD_TOKEN_ID, **text_overrides}
     if text["vocab_size"] <= VIDEO_TOKEN_ID:
         raise ValueError(
             f"vocab_size must exceed the special ids (max {VIDEO_TOKEN_ID})"

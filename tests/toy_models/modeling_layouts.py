@@ -34,14 +34,11 @@ class LayoutRMSNorm(nn.Module):
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
+        self.variance_epsilon, self.weight = eps, nn.Parameter(torch.ones(hidden_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * x.to(dtype)
+        normed = x.float() * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * normed.to(x.dtype)
 
 
 class LayoutMLP(nn.Module):

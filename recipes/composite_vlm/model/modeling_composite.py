@@ -19,6 +19,7 @@ import transformers
 from torch import nn
 from transformers.models.qwen3 import modeling_qwen3
 
+from ligerkit.hf import SMALL_DIMS
 from recipes.composite_vlm.model.modeling_vision import VisionConfig, VisionEncoder
 
 
@@ -54,19 +55,8 @@ class CompositeVLMConfig:
 
 def tiny_composite_vlm_config(**text_overrides: Any) -> CompositeVLMConfig:
     """CPU-sized config: 32x32 images in 8x8 patches (16 image positions), a 2-layer Qwen3."""
-    text: dict[str, Any] = {
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "max_position_embeddings": 512,
-        "pad_token_id": 0,
-        "tie_word_embeddings": False,
-    }
-    text.update(text_overrides)
+    text: dict[str, Any] = {**SMALL_DIMS, "vocab_size": 512, "max_position_embeddings": 512, "pad_token_id": 0,
+                            "tie_word_embeddings": False, **text_overrides}
     vision = VisionConfig(
         image_size=32,
         patch_size=8,

@@ -31,13 +31,16 @@ from torch import nn
 class CustomLMConfig:
     """Hyper-parameters of :class:`CustomLMForCausalLM`."""
 
+    # sizes: vocabulary, width, depth, MLP
     vocab_size: int
     hidden_size: int
-    intermediate_size: int
     num_hidden_layers: int
+    intermediate_size: int
+    # attention: query heads, their width, shared key/value heads
     num_attention_heads: int
-    num_key_value_heads: int
     head_dim: int
+    num_key_value_heads: int
+    # numerics and initialization
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     hidden_act: str = "gelu_pytorch_tanh"
@@ -51,14 +54,14 @@ class CustomRMSNorm(nn.Module):
 
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
         super().__init__()
+        self.weight = nn.Parameter(torch.zeros(hidden_size))  # (1 + weight) starts as the identity
         self.variance_epsilon = eps
-        self.weight = nn.Parameter(torch.zeros(hidden_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x / rms(x) * (1 + weight)``, all in float32, cast back at the end."""
         x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        y = y * (1.0 + self.weight.float())
-        return y.to(x.dtype)
+        inv_rms = torch.rsqrt(x32.square().mean(dim=-1, keepdim=True) + self.variance_epsilon)
+        return (x32 * inv_rms * (1.0 + self.weight.float())).to(x.dtype)
 
 
 class CustomMLP(nn.Module):
@@ -66,100 +69,82 @@ class CustomMLP(nn.Module):
 
     def __init__(self, config: CustomLMConfig) -> None:
         super().__init__()
-        self.config = config
-        self.hidden_size = config.hidden_size
-        self.intermediate_size = config.intermediate_size
-        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        width, inner = config.hidden_size, config.intermediate_size
+        self.gate_proj, self.up_proj = (nn.Linear(width, inner, bias=False) for _ in range(2))
+        self.down_proj = nn.Linear(inner, width, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """Swap the two halves of the last dim, negating the second: ``[x1, x2] -> [-x2, x1]``."""
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    """``[x1, x2] -> [-x2, x1]`` over the last dim (the standard rotary convention)."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
 
 
-def apply_rotary_pos_emb(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         position_ids: torch.Tensor | None = None, unsqueeze_dim: int = 1,
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate q (B, Hq, T, D) and k (B, Hkv, T, D) by cos/sin (B, T, D); ``position_ids`` is unused."""
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    q_rot, k_rot = (t * cos + rotate_half(t) * sin for t in (q, k))
+    return q_rot, k_rot
 
 
 class CustomRotaryEmbedding(nn.Module):
-    """Standard full-width RoPE tables; returns ``(cos, sin)`` of shape (B, T, head_dim)."""
+    """Full-width RoPE tables from integer positions: ``(cos, sin)``, each (B, T, head_dim)."""
 
     def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
         super().__init__()
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-        self.register_buffer("inv_freq", 1.0 / (theta**exponents), persistent=False)
+        half = torch.arange(head_dim // 2, dtype=torch.float32)
+        self.register_buffer("inv_freq", theta ** (-2.0 * half / head_dim), persistent=False)
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self.inv_freq.to(device=x.device, dtype=torch.float32)
-        freqs = position_ids.to(torch.float32)[..., None] * inv_freq  # (B, T, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        angles = torch.einsum("bt,f->btf", position_ids.float(), self.inv_freq.to(x.device, torch.float32))
+        table = angles.repeat(1, 1, 2)  # (B, T, D): the two halves share their frequencies
+        return table.cos().to(x.dtype), table.sin().to(x.dtype)
 
 
-def build_attention_mask(attention_mask: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """Turn a (B, T) 0/1 padding mask into a boolean (B, 1, T, T) causal+padding mask (True = attend).
+def padding_causal_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """A (B, T) 0/1 padding mask as a boolean (B, 1, T, T) mask, True where a query may attend.
 
-    The diagonal is always allowed so fully padded query rows never produce NaNs.
+    Causal, padded keys hidden; every query keeps its own position, so rows of padding stay finite.
     """
-    device = attention_mask.device
-    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
-    mask = causal & attention_mask.bool()[:, None, None, :]
-    return mask | torch.eye(seq_len, dtype=torch.bool, device=device)
+    length = attention_mask.shape[-1]
+    positions = torch.arange(length, device=attention_mask.device)
+    allowed = positions[None, :] <= positions[:, None]  # key index <= query index
+    allowed = allowed & attention_mask.bool()[:, None, None, :]
+    return allowed | (positions[None, :] == positions[:, None])
 
 
 class CustomAttention(nn.Module):
-    """Grouped-query self-attention with RoPE, computed with ``F.scaled_dot_product_attention``."""
+    """Grouped-query self-attention with RoPE; SDPA shares the key/value heads itself (``enable_gqa``)."""
 
     def __init__(self, config: CustomLMConfig) -> None:
         super().__init__()
         self.head_dim = config.head_dim
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.num_kv_groups = self.num_heads // self.num_kv_heads
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        self.grouped = config.num_attention_heads != config.num_key_value_heads
+        width, q_width = config.hidden_size, config.num_attention_heads * config.head_dim
+        kv_width = config.num_key_value_heads * config.head_dim
+        self.q_proj = nn.Linear(width, q_width, bias=False)
+        self.k_proj = nn.Linear(width, kv_width, bias=False)
+        self.v_proj = nn.Linear(width, kv_width, bias=False)
+        self.o_proj = nn.Linear(q_width, width, bias=False)
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        bsz, seq_len, _ = hidden_states.shape
-        shape = (bsz, seq_len, -1, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        # Global lookup at call time: rebinding this module's apply_rotary_pos_emb swaps it.
+    def _heads(self, projected: torch.Tensor) -> torch.Tensor:
+        return projected.unflatten(-1, (-1, self.head_dim)).transpose(1, 2)  # (B, H, T, D)
+
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention over ``hidden_states`` (B, T, C), rotated by ``cos``/``sin``; ``mask`` is boolean or None."""
+        q, k, v = (self._heads(proj(hidden_states)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        # Looked up in this module's globals at call time: rebinding apply_rotary_pos_emb swaps it.
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        if self.num_kv_groups > 1:
-            k = k.repeat_interleave(self.num_kv_groups, dim=1)
-            v = v.repeat_interleave(self.num_kv_groups, dim=1)
-        if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(bsz, seq_len, -1))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                             enable_gqa=self.grouped)
+        return self.o_proj(out.transpose(1, 2).flatten(2))
 
 
 class CustomDecoderLayer(nn.Module):
@@ -190,57 +175,59 @@ class CustomLMModel(nn.Module):
     def __init__(self, config: CustomLMConfig) -> None:
         super().__init__()
         self.config = config
+        self.embed_scale = math.sqrt(config.hidden_size)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(CustomDecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList([CustomDecoderLayer(config) for _ in range(config.num_hidden_layers)])
         self.norm = CustomRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = CustomRotaryEmbedding(config.head_dim, theta=config.rope_theta)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        bsz, seq_len = input_ids.shape
-        x = self.embed_tokens(input_ids)
-        x = x * torch.tensor(math.sqrt(self.config.hidden_size), dtype=x.dtype, device=x.device)
-        position_ids = torch.arange(seq_len, device=input_ids.device).expand(bsz, seq_len)
-        cos, sin = self.rotary_emb(x, position_ids)
-        mask = None if attention_mask is None else build_attention_mask(attention_mask, seq_len)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
-        return self.norm(x)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0).expand_as(input_ids)
+        hidden = self.embed_tokens(input_ids)
+        hidden = hidden * hidden.new_tensor(self.embed_scale)  # the scale rounded to the activations' dtype
+        cos, sin = self.rotary_emb(hidden, positions)
+        mask = None if attention_mask is None else padding_causal_mask(attention_mask)
+        for block in self.layers:  # every block rotates with the same tables
+            hidden = block(hidden, cos, sin, mask)
+        return self.norm(hidden)
 
 
 class CustomLMForCausalLM(nn.Module):
-    """Causal LM head on top of :class:`CustomLMModel`; ``forward`` returns logits only (no loss)."""
+    """:class:`CustomLMModel` and an output head, tied to the embeddings by default; returns logits."""
 
-    _no_split_modules: ClassVar[list[str]] = ["CustomDecoderLayer"]
+    _no_split_modules: ClassVar[list[str]] = ["CustomDecoderLayer"]  # FSDP2 shards each block alone
 
     def __init__(self, config: CustomLMConfig) -> None:
         super().__init__()
-        self.config = config
-        self.model = CustomLMModel(config)
+        self.config, self.model = config, CustomLMModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self.initialize()
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def _init_weights(self, module: nn.Module) -> None:
-        """normal(0, initializer_range) for Linear/Embedding; zeros for (any, incl. swapped) norm weights."""
-        std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(getattr(module, "weight", None), nn.Parameter) and module.weight.ndim == 1:
-            nn.init.zeros_(module.weight)  # Gemma-style norms scale by (1 + weight)
+    @torch.no_grad()
+    def initialize(self) -> None:
+        """normal(0, initializer_range) for projections and embeddings; zeros for every norm weight
+        (Gemma-style norms scale by ``1 + weight``; a swapped-in Liger norm is a norm weight too)."""
+        for module in self.modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                weight.normal_(0.0, self.config.initializer_range)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
+            elif isinstance(weight, nn.Parameter) and weight.ndim == 1:
+                weight.zero_()
 
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                **ignored: object) -> torch.Tensor:
+        """Logits of shape (B, T, vocab_size); other keyword arguments (``labels``) are ignored."""
+        return self.lm_head(self.model(input_ids, attention_mask))
+
+    # transformers-style accessors, used by the fused loss and tied-embedding checks
     def get_input_embeddings(self) -> nn.Embedding:
-        """Return the token embedding table."""
+        """The token embedding table."""
         return self.model.embed_tokens
 
     def get_output_embeddings(self) -> nn.Linear:
-        """Return the LM head projection."""
+        """The output projection."""
         return self.lm_head
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **ignored: object
-    ) -> torch.Tensor:
-        """Return logits of shape (B, T, vocab_size)."""
-        return self.lm_head(self.model(input_ids, attention_mask))

@@ -10,39 +10,31 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ligerkit.loss import token_loss_sum, valid_tokens
 from recipes.custom_lm.model import modeling_custom_lm as mcl
 
 
+TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8)
+
+
 def tiny_config(**overrides) -> mcl.CustomLMConfig:
-    kwargs = {
-        "vocab_size": 64,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 8,
-    }
-    kwargs.update(overrides)
-    return mcl.CustomLMConfig(**kwargs)
+    return mcl.CustomLMConfig(**{**TINY, **overrides})
 
 
 def _shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
 def test_forward_backward_cpu():
     torch.manual_seed(0)
-    cfg = tiny_config()
-    model = mcl.CustomLMForCausalLM(cfg)
-    ids = torch.randint(0, cfg.vocab_size, (2, 7))
-    logits = model(ids, labels=ids)  # extra kwargs are ignored
-    assert logits.shape == (2, 7, cfg.vocab_size)
-    assert torch.isfinite(logits).all()
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, cfg.vocab_size), ids[:, 1:].reshape(-1))
-    loss.backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    model = mcl.CustomLMForCausalLM(tiny_config())
+    ids = torch.randint(0, TINY["vocab_size"], (2, 7))
+    logits = model(ids, labels=ids)  # extra keyword arguments are ignored
+    assert logits.shape == (2, 7, TINY["vocab_size"]) and torch.isfinite(logits).all()
+    (token_loss_sum(logits, ids) / valid_tokens(ids)).backward()
+    bad = [name for name, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not bad, bad
 
 
 def test_tied_embeddings_and_init():
@@ -94,30 +86,29 @@ def test_rope_matches_complex_rotation():
 def test_padding_mask_matches_unpadded():
     torch.manual_seed(0)
     model = mcl.CustomLMForCausalLM(tiny_config()).eval()
-    ids = torch.randint(0, 64, (2, 6))
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    ids = torch.randint(0, TINY["vocab_size"], (2, 6))
+    short = 4  # the second row is right-padded after 4 tokens
+    mask = (torch.arange(6)[None, :] < torch.tensor([[6], [short]])).long()
     with torch.no_grad():
-        padded = model(ids, attention_mask=mask)
-        torch.testing.assert_close(model(ids, attention_mask=torch.ones_like(ids)), model(ids))
-        torch.testing.assert_close(padded[1, :4], model(ids[1:, :4])[0], rtol=1e-5, atol=1e-5)
+        padded, full = model(ids, attention_mask=mask), model(ids)
+        torch.testing.assert_close(model(ids, attention_mask=torch.ones_like(ids)), full)
+        torch.testing.assert_close(padded[1, :short], model(ids[1:, :short])[0], rtol=1e-5, atol=1e-5)
     assert torch.isfinite(padded).all()
 
 
-def test_rotary_function_is_resolved_at_call_time():
-    cfg = tiny_config()
-    model = mcl.CustomLMForCausalLM(cfg)
-    original, calls = mcl.apply_rotary_pos_emb, []
+def test_rotary_function_is_resolved_at_call_time(monkeypatch):
+    config = tiny_config()
+    model = mcl.CustomLMForCausalLM(config)
+    seen: list[tuple[int, ...]] = []
+    real = mcl.apply_rotary_pos_emb
 
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
+    def recording(q, k, cos, sin, *args, **kwargs):
+        seen.append(tuple(q.shape))
+        return real(q, k, cos, sin, *args, **kwargs)
 
-    mcl.apply_rotary_pos_emb = spy  # rebound after construction: must still take effect
-    try:
-        model(torch.randint(0, cfg.vocab_size, (1, 4)))
-    finally:
-        mcl.apply_rotary_pos_emb = original
-    assert len(calls) == cfg.num_hidden_layers
+    monkeypatch.setattr(mcl, "apply_rotary_pos_emb", recording)  # after construction: must still take effect
+    model(torch.randint(0, TINY["vocab_size"], (1, 4)))
+    assert len(seen) == config.num_hidden_layers
 
 
 def test_liger_swap_on_meta_device():
