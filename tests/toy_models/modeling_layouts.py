@@ -37,7 +37,8 @@ class LayoutRMSNorm(nn.Module):
         self.variance_epsilon, self.weight = eps, nn.Parameter(torch.ones(hidden_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + self.variance_epsilon)
+        x32 = x.float()  # one cast: its backward rounds the input's gradient once, as the kernel does
+        normed = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + self.variance_epsilon)
         return self.weight * normed.to(x.dtype)
 
 
