@@ -12,6 +12,8 @@ relative error exceeds 2 x eager's + 0.01.
 - olmo2 with plain ``LigerRMSNorm`` (in-place backward under a residual add), forced past the kit's
   refusal with ``probe=False``: it must fail the check.
 
+- loss path: each recipe's standard loss (Liger off) against the fused loss path (Liger off too),
+  so only the loss path differs;
 - ``--ablate FAMILY``: the family's suggested map one key at a time (which kernel moves a failing
   tensor).
 
@@ -74,6 +76,15 @@ def recipes() -> list[dict]:
             for name in RECIPES]
 
 
+def loss_path() -> list[dict]:
+    from ligerkit.proof.recipe_grads import recipe_grad_parity
+
+    fused = ("model.liger_kernel.enabled=false", "train.loss.path=fused")
+    return [_row(f"{name}: fused loss path", lambda name=name: _parity(recipe_grad_parity(
+        ROOT / "recipes" / name / "configs" / "gpu.yaml", [], torch.device("cuda"), patched_overrides=fused)))
+        for name in ("qwen3", "custom_lm", "composite_vlm")]
+
+
 def ablate(family: str) -> list[dict]:
     from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
     from ligerkit.suggest import suggest
@@ -117,10 +128,10 @@ def olmo2_plain_norm() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--only", choices=("recipes", "families", "olmo2"))
+    parser.add_argument("--only", choices=("recipes", "families", "olmo2", "loss_path"))
     parser.add_argument("--ablate", metavar="FAMILY")
     args = parser.parse_args()
-    parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm}
+    parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm, "loss_path": loss_path}
     chosen = [args.only] if args.only else list(parts)
     if args.ablate:
         parts["ablate"] = lambda: ablate(args.ablate)

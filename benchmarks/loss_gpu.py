@@ -2,7 +2,7 @@
 
 For each recipe's GPU config, three arms in separate processes, same seed and data: ``eager``
 (Liger off, standard loss), ``liger`` (Liger kernels, standard loss: full logits + cross entropy),
-``liger_fused`` (Liger kernels, ``model.liger_kernel.loss=fused``); they give tokens/s and peak
+``liger_fused`` (Liger kernels, ``train.loss.path=fused``); they give tokens/s and peak
 memory. The fused path must keep the per-step loss of the ``liger`` arm within 1e-3 (the same
 kernels otherwise). That gap is judged on a second pair of ``liger`` and ``liger_fused`` runs with
 ``train.deterministic=true``: by default some kernels (flash attention's backward) accumulate in a
@@ -25,9 +25,9 @@ from ligerkit.proof.arms import loss_gap, run_arm, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = {
-    "eager": ["model.liger_kernel.enabled=false", "model.liger_kernel.loss=off"],
-    "liger": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=off"],
-    "liger_fused": ["model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused"],
+    "eager": ["model.liger_kernel.enabled=false", "train.loss.path=standard"],
+    "liger": ["model.liger_kernel.enabled=true", "train.loss.path=standard"],
+    "liger_fused": ["model.liger_kernel.enabled=true", "train.loss.path=fused"],
 }
 
 

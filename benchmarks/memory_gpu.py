@@ -1,11 +1,11 @@
 """GPU: where a recipe's peak memory goes, phase by phase, for one arm (one process per arm).
 
-Builds the recipe's model through the engine (kit.apply, build, verify), runs one optimizer step so
+Builds the recipe's model through the trainer (kit.apply, build, scan), runs one optimizer step so
 the AdamW states exist, then measures one micro-batch of step 1: weights, optimizer states,
 gradients held between micro-batches, activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
 
-    python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set model.liger_kernel.loss=fused
+    python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 
 import torch
 
-from ligerkit.train.step import StepModule
-from ligerkit.train.loading import load_engine
+from ligerkit.train import Trainer, load_engine
+from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
 
@@ -30,16 +30,17 @@ def main() -> None:
     engine = load_engine(args.config, args.overrides)
     device = torch.device("cuda")
     try:
-        model = engine.prepare_model(device)
+        trainer = Trainer(engine)
+        model = engine.setup_model(device)
         weights = torch.cuda.memory_allocated() / GIB
-        module = StepModule(engine, model)
-        optimizer = engine.prepare_optimizer(module)
+        module = StepModule(engine, model, engine.loss, engine.config.train.autocast_bf16)
+        optimizer = trainer.optimizer(module)
         vocab = model.get_output_embeddings().weight.shape[0]
-        engine.train_step(module, optimizer, engine.micro_batches(0, vocab), device)
+        trainer.train_step(module, optimizer, trainer.micro_batches(0, vocab), device)
         torch.cuda.synchronize()
         states = torch.cuda.memory_allocated() / GIB - weights
-        first, *rest = engine.micro_batches(1, vocab)
-        batch = engine.device_batch(first, device)
+        first, *rest = trainer.micro_batches(1, vocab)
+        batch = device_batch(first, device, engine.config.train.drop_right_padding_mask)
         # a previous micro-batch's gradients are held while the next one runs
         for p in module.parameters():
             p.grad = torch.zeros_like(p)

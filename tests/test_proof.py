@@ -146,3 +146,22 @@ def test_compile_over_liger_kernel_swaps_is_opt_in():
     assert load_recipe_config(GPU_CONFIG, B.ARMS["liger_compile"]).train.compile_over_liger_kernels
     for arm, sets in B.ARMS.items():  # every bench arm is a valid config
         assert load_recipe_config(GPU_CONFIG, sets), arm
+
+
+def test_kit_against_the_helper_alternates_pairs_under_one_trainer():
+    from ligerkit.proof.helper_speed import compare_kit_to_helper, helper_prelude, to_markdown
+
+    calls = []
+
+    def runner(config, overrides, prelude=None):
+        calls.append(("direct" if prelude else "kit" if "model.liger_kernel.enabled=true" in overrides else "eager"))
+        speed = {"eager": 1.0, "kit": 2.0, "direct": 2.0 + 0.01 * len(calls)}[calls[-1]]
+        out = run([5.0, 4.0], [1.0, 1.0], [speed, speed], 1.0)
+        out["report"] = {"patched": [], "applications": [{"family": "qwen3", "modules": {"rope": True}}]}
+        return out
+
+    result = compare_kit_to_helper(GPU_CONFIG, [], steps=2, warmup=0, repeats=3, runner=runner)
+    assert calls == ["eager", "kit", "direct", "kit", "direct", "kit", "direct"]
+    assert result["tokens_per_s_kit_over_direct"] == pytest.approx(2.0 / 2.05)  # median of the pair ratios
+    assert "MODEL_TYPE_TO_APPLY_LIGER_FN" in helper_prelude("qwen3", {"rope": True})
+    assert "alternating pairs" in to_markdown(result)

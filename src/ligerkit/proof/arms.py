@@ -56,11 +56,20 @@ class ArmFailedError(LigerKitError):
 
 
 def run_arm(config: str | Path, overrides: list[str], nproc: int = 1, env: dict[str, str] | None = None,
-            timeout: float = 1800) -> dict[str, Any]:
-    """Train ``config`` in a fresh process (``torchrun`` when ``nproc > 1``); return its JSON."""
+            timeout: float = 1800, prelude: str | None = None) -> dict[str, Any]:
+    """Train ``config`` in a fresh process (``torchrun`` when ``nproc > 1``); return its JSON.
+
+    ``prelude`` is Python run in that process before the trainer starts (one process only): a
+    benchmark applies Liger's own helper there, to compare it with the kit under the same trainer.
+    """
     train = ["-m", "ligerkit", "train", str(config), "--json"]
     for item in overrides:
         train += ["--set", item]
+    if prelude is not None:
+        if nproc > 1:
+            raise LigerKitError("a prelude runs in one process; it cannot be combined with nproc > 1")
+        train = ["-c", f"{prelude}\nimport sys\nfrom ligerkit.cli import main\n"
+                 "sys.argv = ['ligerkit', *sys.argv[1:]]\nmain()", *train[3:]]
     if nproc > 1:
         torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
         cmd = torchrun + train

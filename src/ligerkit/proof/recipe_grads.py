@@ -24,7 +24,7 @@ from ligerkit.train.recipe import RecipeEngine
 from ligerkit.train.step import device_batch
 from ligerkit.kit.core import LigerKernelKit
 from ligerkit.kit.custom import CustomPatches, LigerPatch
-from ligerkit.loss import token_loss_sum, valid_tokens
+from ligerkit.loss import valid_tokens
 from ligerkit.proof.grads import GradParity, GradTolerance, grad_parity
 from ligerkit.probe.catalog import by_name
 from ligerkit.probe.runnable import Runnable, build_model_class, runnable_model
@@ -38,8 +38,9 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
                        patched_overrides: tuple[str, ...] = LIGER_ON) -> GradParity:
     """Per-tensor gradients of the recipe with Liger on vs off, both against float32 (see ``grads``).
 
-    ``patched_overrides`` select the patched arm (Liger on); a CPU test passes Liger-off overrides
-    to check the mechanics where Liger's kernels cannot run.
+    ``patched_overrides`` select the patched arm (Liger on); the same function proves a loss path
+    (``train.loss.path=fused`` in the patched arm only), and a CPU test passes Liger-off overrides to
+    check the mechanics where Liger's kernels cannot run. Each arm takes its own configured loss.
     """
     off = [*overrides, "model.liger_kernel.enabled=false"]
     engines = {"float32": load_engine(config, [*off, "model.dtype=float32"]), "eager": load_engine(config, off),
@@ -56,8 +57,7 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
         engine: RecipeEngine = engines[current["arm"]]
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = device_batch(engine.make_batch(0, 1, vocab), device, engine.config.train.drop_right_padding_mask)
-        count = max(valid_tokens(batch["labels"]), 1)
-        return token_loss_sum(engine.forward_logits(model, batch), batch["labels"]) / count
+        return engine.loss(engine, model, batch, 1.0 / max(valid_tokens(batch["labels"]), 1))  # the arm's loss
 
     @contextmanager
     def patched() -> Iterator[None]:
