@@ -165,3 +165,14 @@ def test_kit_against_the_helper_alternates_pairs_under_one_trainer():
     assert result["tokens_per_s_kit_over_direct"] == pytest.approx(2.0 / 2.05)  # median of the pair ratios
     assert "MODEL_TYPE_TO_APPLY_LIGER_FN" in helper_prelude("qwen3", {"rope": True})
     assert "alternating pairs" in to_markdown(result)
+
+
+def test_a_prelude_runs_before_the_trainer_in_the_arm_process():
+    from ligerkit.proof.arms import run_arm
+    from ligerkit.proof.helper_speed import helper_prelude
+
+    config = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+    flags = dict.fromkeys(("rope", "rms_norm", "swiglu", "cross_entropy", "fused_linear_cross_entropy"), False)
+    prelude = helper_prelude("qwen3", flags) + "\nprint('prelude ran', file=__import__('sys').stderr)"
+    result = run_arm(config, ["train.steps=1", "train.progress=false"], prelude=prelude)
+    assert len(result["steps"]) == 1 and result["report"] is None

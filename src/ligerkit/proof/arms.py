@@ -69,7 +69,7 @@ def run_arm(config: str | Path, overrides: list[str], nproc: int = 1, env: dict[
         if nproc > 1:
             raise LigerKitError("a prelude runs in one process; it cannot be combined with nproc > 1")
         train = ["-c", f"{prelude}\nimport sys\nfrom ligerkit.cli import main\n"
-                 "sys.argv = ['ligerkit', *sys.argv[1:]]\nmain()", *train[3:]]
+                 "sys.argv = ['ligerkit', *sys.argv[1:]]\nmain()", *train[2:]]
     if nproc > 1:
         torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
         cmd = torchrun + train

@@ -9,7 +9,6 @@ neighbour on the machine or thermal drift slows both sides of a pair alike inste
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ LIGER_ON = ["model.liger_kernel.enabled=true"]
 def helper_prelude(family: str, flags: dict[str, bool]) -> str:
     """Python that calls Liger's registry helper for ``family`` with ``flags`` (for ``run_arm``)."""
     return ("from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN as helpers\n"
-            f"helpers[{family!r}](**{json.dumps(flags)})")
+            f"helpers[{family!r}](**{dict(flags)!r})")
 
 
 def compare_kit_to_helper(config: str | Path, overrides: list[str], steps: int, warmup: int, repeats: int,
