@@ -88,7 +88,9 @@ def map_grad_parity(module: types.ModuleType, config: Any, custom_patches: Custo
     inputs = Runnable(found.model, *_on(device, found.args, found.kwargs))
 
     def build() -> nn.Module:
-        model = build_model_class(type(found.model), found.config)
+        # the class as the module binds it now: the map may patch the model class itself
+        cls = getattr(module, type(found.model).__name__, type(found.model))
+        model = build_model_class(cls, found.config)
         if kit.active:
             kit.verify(model)
         return model.to(device)
