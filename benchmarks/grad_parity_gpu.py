@@ -17,7 +17,8 @@ relative error exceeds 2 x eager's + 0.01.
 - ``--ablate FAMILY``: the family's suggested map one key at a time (which kernel moves a failing
   tensor).
 
-    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2] [--ablate FAMILY]
+    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2|loss_path] [--ablate FAMILY]
+    python benchmarks/grad_parity_gpu.py --markdown grads.json      # the tables of docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -125,12 +126,40 @@ def olmo2_plain_norm() -> list[dict]:
                  lambda: _parity(map_grad_parity(modeling_olmo2, config, patches, torch.device("cuda"), probe=False)))]
 
 
+def markdown(path: str) -> str:
+    """The result file as markdown tables, one per part."""
+    data = json.loads(Path(path).read_text())
+    lines = []
+    for part, rows in data.items():
+        if not isinstance(rows, list):
+            continue
+        lines += [f"**{part}**", "", "| target | verdict | tensors | max r, eager bf16 | max r, patched | "
+                  "worst tensor (r patched / bound) |", "| --- | --- | ---: | ---: | ---: | --- |"]
+        for row in rows:
+            if "error" in row or row.get("passed") is None:
+                why = row.get("error", row.get("note", "no map")).split(":")[0]
+                lines.append(f"| {row['target']} | not run ({why}) | - | - | - | - |")
+                continue
+            worst = row["worst"][0]
+            verdict = "PASS" if row["passed"] else f"**FAIL** ({len(row['failures'])} tensors)"
+            lines.append(f"| {row['target']} | {verdict} | {row['tensors']} | {row['max_eager']:.3g} | "
+                         f"{row['max_patched']:.3g} | {worst['name']} ({worst['patched']:.3g} / {worst['bound']:.3g}) |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--markdown", metavar="JSON", help="print the tables of a result file and exit")
+    parser.add_argument("--out")
     parser.add_argument("--only", choices=("recipes", "families", "olmo2", "loss_path"))
     parser.add_argument("--ablate", metavar="FAMILY")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(args.markdown))
+        return
+    if not args.out:
+        parser.error("--out is required to measure")
     parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm, "loss_path": loss_path}
     chosen = [args.only] if args.only else list(parts)
     if args.ablate:

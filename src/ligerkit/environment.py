@@ -38,7 +38,7 @@ def environment_gaps() -> tuple[str, ...]:
     if accelerator() is None:
         gaps.append(
             "no CUDA GPU or NPU here: swaps and the model scan were checked, Liger's numerics were not; "
-            "run `pytest -m gpu` (loss parity, Liger off vs on) on a GPU machine"
+            "run `ligerkit smoke RECIPE` (gradients per parameter and the loss curve, Liger off vs on) on a GPU machine"
         )
     for package, versions in TESTED.items():
         found = installed_version(package)

@@ -104,7 +104,8 @@ def scan_lines(scan: Any, model_class: str, config_source: str) -> list[str]:
     lines += [f"  unused (no instance in this model): {swap}" for swap in scan.unused]
     lines += [f"  function swap (not visible in the module tree): {fn}" for fn in scan.function_swaps]
     lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in scan.stale]
-    lines.append("Validated: swaps measured, model scanned. Still to run on a GPU: `pytest -m gpu` (loss parity).")
+    lines.append("Validated: swaps measured, in-place writes checked, model scanned. Still to run on a GPU: "
+                 "`ligerkit smoke RECIPE` (gradients per parameter, then the loss curve).")
     return lines
 
 

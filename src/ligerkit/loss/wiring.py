@@ -38,13 +38,13 @@ def output_head(model: nn.Module) -> OutputHead:
         if value is not None and float(value) != neutral:
             raise FusedLossRefusedError(
                 f"the model scales its logits ({attr}={value}); the fused loss path would compute a different "
-                "loss. Set model.liger_kernel.loss: off for this model."
+                "loss. Set train.loss.path: standard for this model."
             )
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not isinstance(head, nn.Linear):
         raise FusedLossRefusedError(
             f"the output head is {type(head).__name__}, not an nn.Linear; the fused path needs a linear head. "
-            "Set model.liger_kernel.loss: off for this model."
+            "Set train.loss.path: standard for this model."
         )
     softcap = getattr(config, "final_logit_softcapping", None)
     return OutputHead(head.weight, head.bias, float(softcap) if softcap else None)
@@ -63,5 +63,5 @@ def check_head_reproduces_logits(logits: torch.Tensor, hidden: torch.Tensor, hea
             raise FusedLossRefusedError(
                 "the model's logits are not its output head applied to its hidden states (max difference "
                 f"{worst:.3g}): something transforms them (scaling, extra heads, a non-linear head). The fused "
-                "path refuses rather than approximate; set model.liger_kernel.loss: off."
+                "path refuses rather than approximate; set train.loss.path: standard."
             )
