@@ -133,6 +133,7 @@ def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
     saved = Qwen3ForCausalLM(config)
     saved.save_pretrained(tmp_path / "ckpt")
     engine = load_engine(QWEN3_CPU, ["model.source=pretrained", f"model.pretrained_path={tmp_path / 'ckpt'}",
+                                     "model.config={}",
                                      "train.steps=2", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"])
     model = engine.setup_model(torch.device("cpu"))
     torch.testing.assert_close(model.state_dict()["model.norm.weight"], saved.state_dict()["model.norm.weight"])

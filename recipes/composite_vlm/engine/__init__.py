@@ -8,8 +8,6 @@ aggregated report.
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import torch
 from liger_kernel.transformers.rms_norm import LigerRMSNorm
 from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
@@ -17,6 +15,8 @@ from transformers import Qwen3Config
 
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
+from ligerkit.train.checks import build_config
+from ligerkit.train.config import ConfigError
 from ligerkit.train.data import fill_text_from_corpus, sample_generator
 from ligerkit.train.models import resolve_dtype
 from recipes.composite_vlm.data import make_batch
@@ -35,24 +35,30 @@ class CompositeVLMEngine(RecipeEngine):
     """Qwen3 (official) + custom vision encoder (custom map), one kit."""
 
     liger_kit: LigerKernelKit
+    _composite: CompositeVLMConfig | None = None
 
     def prepare_model(self, device: torch.device) -> torch.nn.Module:
         """Official Qwen3 for the LLM, the custom map for the encoder, then the model."""
         if self.liger_enabled:
             self.liger_kit.apply(**self.official_liger("qwen3"))
-            self.liger_kit.apply(**self.custom_liger(VISION_PATCHES, self.model_config.vision))
+            self.liger_kit.apply(**self.custom_liger(VISION_PATCHES, self.model_config().vision))
         return self.build_model(device)
 
-    @cached_property
     def model_config(self) -> CompositeVLMConfig:
-        """``model.config`` as ``{vision: {...}, text: {...}}``."""
-        cfg = self.config.model.config
-        return CompositeVLMConfig(vision=VisionConfig(**cfg["vision"]), text=Qwen3Config(**cfg["text"]))
+        """``model.config`` as ``{vision: {...}, text: {...}}``, every key checked (built once)."""
+        if self._composite is None:
+            cfg = self.config.model.config
+            unknown = sorted(set(cfg) - {"vision", "text"})
+            if unknown or not {"vision", "text"} <= set(cfg):
+                raise ConfigError(f"model.config needs exactly the keys vision and text (got {sorted(cfg)})")
+            self._composite = CompositeVLMConfig(vision=build_config(VisionConfig, cfg["vision"], "model.config.vision"),
+                                                 text=build_config(Qwen3Config, cfg["text"], "model.config.text"))
+        return self._composite
 
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` (classes resolved through the patched modules)."""
         with torch.device(device):
-            model = CompositeVLM(self.model_config)
+            model = CompositeVLM(self.model_config())
         return model.to(resolve_dtype(self.config.model.dtype, device))
 
     def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -62,7 +68,7 @@ class CompositeVLMEngine(RecipeEngine):
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Image + text samples ``start..start+size-1``, deterministic per index."""
         generator = sample_generator(self.config.seed, start)
-        batch = make_batch(self.model_config, size, self.config.data.seq_len, generator=generator,
+        batch = make_batch(self.model_config(), size, self.config.data.seq_len, generator=generator,
                            motif_seed=self.config.seed)
         if self.config.data.kind == "corpus":
             fill_text_from_corpus(batch, self.config.data, self.config.seed, start)

@@ -14,6 +14,7 @@ from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
+from ligerkit.train.checks import build_config
 from ligerkit.train.models import resolve_dtype
 from recipes.custom_lm.model.modeling_custom_lm import CustomLMConfig, CustomLMForCausalLM
 
@@ -35,15 +36,19 @@ class CustomLMEngine(RecipeEngine):
     def prepare_model(self, device: torch.device) -> torch.nn.Module:
         """The recipe's own map, probed against the config it builds, then the model."""
         if self.liger_enabled:
-            self.liger_kit.apply(**self.custom_liger(PATCHES, CustomLMConfig(**self.config.model.config)))
+            self.liger_kit.apply(**self.custom_liger(PATCHES, self.model_config()))
         return self.build_model(device)
 
     def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""
         return model.model(batch["input_ids"], attention_mask=batch.get("attention_mask"))
 
+    def model_config(self) -> CustomLMConfig:
+        """``model.config`` as the recipe's own config class (every key checked)."""
+        return build_config(CustomLMConfig, self.config.model.config)
+
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` from ``model.config``."""
         with torch.device(device):
-            model = CustomLMForCausalLM(CustomLMConfig(**self.config.model.config))
+            model = CustomLMForCausalLM(self.model_config())
         return model.to(resolve_dtype(self.config.model.dtype, device))

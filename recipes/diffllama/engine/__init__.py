@@ -19,7 +19,6 @@ import torch
 
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
-from ligerkit.train.models import transformers_config
 
 MODELING = "transformers.models.diffllama.modeling_diffllama"
 # ``ligerkit suggest``'s verified map for this family (Liger's registry has no ``diffllama``).
@@ -38,5 +37,5 @@ class DiffLlamaEngine(RecipeEngine):
     def prepare_model(self, device: torch.device) -> torch.nn.Module:
         """The suggested map, probed against the recipe's own DiffLlama config, then the model."""
         if self.liger_enabled:
-            self.liger_kit.apply(**self.custom_liger(PATCHES, transformers_config(self.config.model)))
+            self.liger_kit.apply(**self.custom_liger(PATCHES, self.model_config()))
         return self.build_model(device)

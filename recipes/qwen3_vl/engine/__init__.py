@@ -7,7 +7,6 @@ never forces a standard-rope override. The engine only adds the image batches.
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Any
 
 import torch
@@ -15,7 +14,6 @@ import torch
 from ligerkit import LigerKernelKit
 from ligerkit.train import RecipeEngine
 from ligerkit.train.data import fill_text_from_corpus, sample_generator
-from ligerkit.train.models import transformers_config
 from recipes.qwen3_vl.data import make_batch
 
 
@@ -30,15 +28,18 @@ class Qwen3VLEngine(RecipeEngine):
             self.liger_kit.apply(**self.official_liger())
         return self.build_model(device)
 
-    @cached_property
-    def hf_config(self) -> Any:
-        """The transformers Qwen3VLConfig the model is built from."""
-        return transformers_config(self.config.model)
+    _hf_config: Any = None
+
+    def model_config(self) -> Any:
+        """The transformers Qwen3VLConfig the model is built from, every key checked (built once)."""
+        if self._hf_config is None:
+            self._hf_config = super().model_config()
+        return self._hf_config
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Samples ``start..start+size-1``: one synthetic image per sample, deterministic per index."""
         generator = sample_generator(self.config.seed, start)
-        batch = make_batch(self.hf_config, size, self.config.data.seq_len, generator=generator,
+        batch = make_batch(self.model_config(), size, self.config.data.seq_len, generator=generator,
                            motif_seed=self.config.seed)
         if self.config.data.kind == "corpus":
             fill_text_from_corpus(batch, self.config.data, self.config.seed, start)

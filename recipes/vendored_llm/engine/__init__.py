@@ -14,6 +14,7 @@ from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
+from ligerkit.train.checks import build_config
 from ligerkit.train.models import resolve_dtype
 from recipes.vendored_llm.model.modeling_vendored_llama import VendoredLlamaConfig, VendoredLlamaForCausalLM
 
@@ -34,15 +35,19 @@ class VendoredLlamaEngine(RecipeEngine):
     def prepare_model(self, device: torch.device) -> torch.nn.Module:
         """The vendored module's own symbols (the official llama route cannot reach them), then the model."""
         if self.liger_enabled:
-            self.liger_kit.apply(**self.custom_liger(PATCHES, VendoredLlamaConfig(**self.config.model.config)))
+            self.liger_kit.apply(**self.custom_liger(PATCHES, self.model_config()))
         return self.build_model(device)
 
     def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""
         return model.model(batch["input_ids"], attention_mask=batch.get("attention_mask"))
 
+    def model_config(self) -> VendoredLlamaConfig:
+        """``model.config`` as the vendored config class (every key checked)."""
+        return build_config(VendoredLlamaConfig, self.config.model.config)
+
     def build_model(self, device: torch.device) -> torch.nn.Module:
         """Build on ``device`` from ``model.config``."""
         with torch.device(device):
-            model = VendoredLlamaForCausalLM(VendoredLlamaConfig(**self.config.model.config))
+            model = VendoredLlamaForCausalLM(self.model_config())
         return model.to(resolve_dtype(self.config.model.dtype, device))

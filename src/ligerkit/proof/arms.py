@@ -18,6 +18,7 @@ from typing import Any
 
 from ligerkit.environment import accelerator
 from ligerkit.errors import LigerKitError
+from ligerkit.train.loading import config_of
 
 NO_GPU_EXIT = 3
 Runner = Callable[..., dict[str, Any]]
@@ -29,9 +30,7 @@ class NoAcceleratorError(LigerKitError):
 
 def resolve_config(target: str | Path) -> Path:
     """A config path, or a recipe folder (its ``configs/gpu.yaml``)."""
-    path = Path(target)
-    if path.is_dir():
-        path = path / "configs" / "gpu.yaml"
+    path = config_of(target, gpu=True)
     if not path.is_file():
         raise LigerKitError(f"{target}: give a recipe folder (with configs/gpu.yaml) or a config file")
     return path

@@ -1,9 +1,10 @@
-"""Deterministic token batches: synthetic motifs, or windows of a shipped text corpus.
+"""Deterministic token batches: synthetic motifs, windows of a shipped text corpus, or a user's file.
 
 Every sample is a pure function of ``(seed, global sample index)``, so one GPU with gradient
 accumulation and N GPUs with FSDP2 see exactly the same global batch at every step. Some samples
 are right-padded (``pad_every``), so padding and ignored label positions are always exercised.
-The corpus is tokenized with a byte-level tokenizer that needs no download.
+The corpus is tokenized with a byte-level tokenizer that needs no download; a user's JSONL or text
+file with the model's own tokenizer (``files.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ligerkit.train.config import DataConfig
+from ligerkit.train.files import DataError, tokenized
 from ligerkit.naming import IGNORE_INDEX
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -40,7 +42,10 @@ class ByteTokenizer:
 @cache
 def corpus_ids(path: str) -> torch.Tensor:
     """The whole corpus as byte-token ids."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"data.corpus_path {path!r} is not a readable UTF-8 text file ({exc})") from exc
     return torch.tensor(ByteTokenizer().encode(text), dtype=torch.long)
 
 
@@ -49,17 +54,30 @@ def sample_generator(seed: int, index: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
 
 
-def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int) -> tuple[torch.Tensor, int]:
+def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int,
+           tokenizer: str | None = None) -> tuple[torch.Tensor, int]:
     """One sample's token ids (length ``seq_len``) and its number of real (unpadded) tokens."""
+    if cfg.kind in ("jsonl", "text"):
+        data = tokenized(str(cfg.path), cfg.kind, cfg.text_field, str(cfg.tokenizer or tokenizer), cfg.seq_len,
+                         cfg.packing)
+        if data.vocab_size > vocab_size:
+            raise DataError(f"the tokenizer has {data.vocab_size} tokens but the model's vocabulary {vocab_size}; "
+                            "use the model's own tokenizer (data.tokenizer)")
+        return data.sample(seed, index, cfg.shuffle)
     g = sample_generator(seed, index)
     n = cfg.seq_len
     if cfg.kind == "corpus":
         ids = corpus_ids(str(cfg.corpus_path or DEFAULT_CORPUS))
         if vocab_size < BYTE_VOCAB:
-            raise ValueError(f"the corpus needs a vocab of at least {BYTE_VOCAB}, the model has {vocab_size}")
+            raise DataError(f"the corpus needs a vocabulary of at least {BYTE_VOCAB}, the model has {vocab_size}; "
+                            "raise model.config.vocab_size or use data.kind: synthetic")
+        if len(ids) <= n:
+            raise DataError(f"the corpus has {len(ids)} tokens, fewer than data.seq_len={n}")
         start = int(torch.randint(0, len(ids) - n, (1,), generator=g))
         tokens = torch.cat([torch.tensor([BOS_ID]), ids[start : start + n - 1]])
     else:
+        if vocab_size <= BYTE_OFFSET:
+            raise DataError(f"synthetic data needs a vocabulary above {BYTE_OFFSET} tokens, the model has {vocab_size}")
         motif = torch.randint(BYTE_OFFSET, vocab_size, (MOTIF_LEN,), generator=g)
         tokens = motif.repeat(n // MOTIF_LEN + 1)[:n]
     real = n
@@ -70,9 +88,11 @@ def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int) -> tuple[tor
     return tokens, real
 
 
-def text_batch(cfg: DataConfig, vocab_size: int, seed: int, start: int, size: int) -> dict[str, torch.Tensor]:
-    """Samples ``start .. start+size-1`` as ``input_ids``, ``attention_mask`` and ``labels``."""
-    rows, reals = zip(*(sample(cfg, vocab_size, seed, i) for i in range(start, start + size)), strict=True)
+def text_batch(cfg: DataConfig, vocab_size: int, seed: int, start: int, size: int,
+               tokenizer: str | None = None) -> dict[str, torch.Tensor]:
+    """Samples ``start .. start+size-1`` as ``input_ids``, ``attention_mask`` and ``labels`` (``tokenizer``:
+    the folder a jsonl/text dataset is tokenized with when ``data.tokenizer`` is not set)."""
+    rows, reals = zip(*(sample(cfg, vocab_size, seed, i, tokenizer) for i in range(start, start + size)), strict=True)
     input_ids = torch.stack(rows)
     positions = torch.arange(cfg.seq_len)
     attention_mask = (positions[None, :] < torch.tensor(reals)[:, None]).long()

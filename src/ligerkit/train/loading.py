@@ -43,19 +43,40 @@ class Recipe:
         return self.engine_class(config, recipe_dir=self.root)
 
 
-def recipe_root(path: str | Path) -> Path:
-    """The recipe folder for a recipe folder or a config inside its ``configs/``."""
+def recipe_root(path: str | Path, recipe: str | None = None) -> Path:
+    """The recipe folder: a recipe folder itself, the one a config in ``configs/`` sits in, or the one
+    a config names with ``recipe:`` (a folder relative to the config or the working directory, or a
+    name under ``recipes/``)."""
     path = Path(path).resolve()
+    if recipe is not None:
+        base = path.parent if path.is_file() else path
+        for candidate in (base / recipe, Path(recipe), Path("recipes") / recipe):
+            if (candidate / "configs").is_dir() or (candidate / "engine").is_dir():
+                return candidate.resolve()
+        raise RecipeError(f"recipe: {recipe!r} is not a recipe folder (looked next to {base}, in the working "
+                          "directory and under recipes/)")
     if path.is_file() and path.parent.name == "configs":
         return path.parent.parent
     if path.is_dir():
         return path
-    raise RecipeError(f"{path} is neither a recipe folder nor a config in a recipe's configs/ folder")
+    raise RecipeError(f"{path} is neither a recipe folder nor a config in a recipe's configs/ folder; a config kept "
+                      "elsewhere names its recipe with `recipe: recipes/<name>`")
 
 
-def load_recipe(path: str | Path) -> Recipe:
+def config_of(target: str | Path, gpu: bool) -> Path:
+    """A config file as given, or a recipe folder's ``configs/gpu.yaml`` (``gpu``) or ``configs/cpu.yaml``."""
+    path = Path(target)
+    if path.is_dir():
+        chosen = path / "configs" / ("gpu.yaml" if gpu else "cpu.yaml")
+        if not chosen.is_file():
+            raise RecipeError(f"{target} is a folder without {chosen.relative_to(path)}; give a config file")
+        return chosen
+    return path
+
+
+def load_recipe(path: str | Path, recipe: str | None = None) -> Recipe:
     """Import ``recipes.<name>.engine`` and find its RecipeEngine subclass (the base class if none)."""
-    root = recipe_root(path)
+    root = recipe_root(path, recipe)
     if root.parent.name != "recipes":
         raise RecipeError(f"{root} must sit in a folder named 'recipes/' (recipes/<name>/)")
     top = str(root.parent.parent)
@@ -75,6 +96,9 @@ def load_recipe(path: str | Path) -> Recipe:
 
 
 def load_engine(config_path: str | Path, overrides: list[str] | None = None) -> RecipeEngine:
-    """Config path (+ overrides) -> the recipe's engine."""
+    """Config path (+ overrides) -> the recipe's engine, its config checked against the world (files,
+    the model's keys, module names) before anything is built."""
     config = load_recipe_config(config_path, overrides)
-    return load_recipe(config_path).engine(config)
+    engine = load_recipe(config_path, config.recipe).engine(config)
+    engine.validate()
+    return engine

@@ -12,6 +12,7 @@ import torch
 
 from ligerkit.errors import ModelBuildError
 from ligerkit.hf import model_class_for
+from ligerkit.train.checks import build_config, config_class_for
 from ligerkit.train.config import ModelConfig
 
 
@@ -23,13 +24,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def transformers_config(model: ModelConfig) -> Any:
-    """The transformers config for a ``source: config`` model, with the recipe's dimensions."""
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.for_model(model.family, **model.config)
-    except Exception as exc:
-        raise ModelBuildError(f"cannot make a {model.family!r} config from model.config: {exc}") from exc
+    """The transformers config for a ``source: config`` model, with the recipe's dimensions (every key
+    checked against the family's config class first)."""
+    return build_config(config_class_for(model.family), dict(model.config))
 
 
 def build_transformers_model(model: ModelConfig, device: torch.device) -> torch.nn.Module:

@@ -28,10 +28,11 @@ from ligerkit.errors import LigerKitError, LigerNeedsAcceleratorError
 from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
-from ligerkit.train.config import RecipeConfig
+from ligerkit.train.checks import check_modules, check_paths
+from ligerkit.train.config import ConfigError, RecipeConfig
 from ligerkit.train.data import text_batch
 from ligerkit.train.distributed import DistEnv
-from ligerkit.train.models import build_transformers_model, disable_kv_cache
+from ligerkit.train.models import build_transformers_model, disable_kv_cache, transformers_config
 
 Batch = dict[str, torch.Tensor]
 
@@ -82,6 +83,32 @@ class RecipeEngine:
                 "excluded_modules": lk.excluded_modules, "config": probe_config}
 
     # ----- hooks --------------------------------------------------------------------------------
+    def model_config(self) -> Any:
+        """The config object the model is built from, every ``model.config`` key checked
+        (:class:`~ligerkit.train.config.ConfigError` on a typo). Recipes with their own config class
+        override it with ``build_config(TheirConfig, self.config.model.config)``."""
+        model = self.config.model
+        if model.source == "config":
+            return transformers_config(model)
+        if model.config:
+            raise ConfigError(f"model.config is not read with source: {model.source}; " + (
+                "the checkpoint's config.json is. Remove it (--set 'model.config={}')" if model.source == "pretrained"
+                else "this recipe's engine must override model_config() to read it"))
+        return None
+
+    def module_names(self) -> set[str]:
+        """Names ``model.liger_kernel.modules`` may use: Liger's (a recipe with other map keys adds them)."""
+        from ligerkit.kit.families import known_module_names
+
+        return set(known_module_names())
+
+    def validate(self) -> None:
+        """Check the config against the world before anything is built: files, the model's keys,
+        module names (every problem a :class:`~ligerkit.train.config.ConfigError`)."""
+        check_paths(self.config)
+        check_modules(self.config, self.module_names())
+        self.model_config()
+
     def prepare_model(self, device: torch.device) -> nn.Module:
         """Apply Liger, then build the model (recipes show their own wiring here)."""
         if self.liger_enabled:
@@ -94,7 +121,7 @@ class RecipeEngine:
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> Batch:
         """Samples ``start .. start+size-1`` of the deterministic data stream."""
-        return text_batch(self.config.data, vocab_size, self.config.seed, start, size)
+        return text_batch(self.config.data, vocab_size, self.config.seed, start, size, self.config.model.pretrained_path)
 
     def forward_logits(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Logits for a batch (``labels`` never reach the model: the trainer owns the loss)."""

@@ -1,29 +1,33 @@
-"""Recipe configuration: YAML validated against a typed schema, with ``--set a.b=c`` overrides.
+"""The typed schema of a recipe config: every key, its type, its range, and its meaning.
 
-Unknown keys are rejected with their full path, so a typo never turns into a silently ignored
-option. ``model.liger_kernel`` carries everything the kit needs; Liger is off unless a recipe
-asks for it. The loss is a training choice (``train.loss``), whatever Liger does.
+Unknown keys are errors (``extra="forbid"``); numbers are never booleans, infinite or NaN, and
+stay within sensible ranges. ``model.liger_kernel`` carries everything the kit needs; the loss is a
+training choice (``train.loss``), whatever Liger does.
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from ligerkit.errors import LigerKitError
-from ligerkit.kit.core import LOSS_MODULES
+from ligerkit.naming import LOSS_MODULES
 
 
-class ConfigError(LigerKitError):
-    """A recipe config is invalid (unknown key, wrong type, inconsistent values)."""
+def _number(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got true/false")
+    return value
+
+
+# Numbers from YAML or --set: never a boolean in disguise (true is 1 to Python), never inf or NaN.
+Int = Annotated[int, BeforeValidator(_number)]
+Float = Annotated[float, BeforeValidator(_number)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LigerKernelConfig(_Strict):
@@ -45,7 +49,7 @@ class LossConfig(_Strict):
     """
 
     path: Literal["standard", "fused"] = "standard"
-    chunk_tokens: int | None = Field(
+    chunk_tokens: Int | None = Field(
         None, gt=0, description="fused only; rows of logits that exist at once (default: "
         "ligerkit.loss.liger_chunks.CHUNK_TOKENS, 512); more rows are faster and hold more memory"
     )
@@ -58,44 +62,85 @@ class LossConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """``model``: how the model kit builds the model."""
+    """``model``: how the model is built (``pretrained_model_name_or_path`` is accepted for the path)."""
 
-    family: str = Field(description="transformers model_type (config/pretrained) or a label (custom)")
+    family: str = Field(min_length=1, description="transformers model_type (config/pretrained) or a label (custom)")
     source: Literal["config", "pretrained", "custom"] = "config"
-    pretrained_path: str | None = None
+    pretrained_path: str | None = Field(None, description="a local checkpoint folder (config.json, safetensors, "
+                                        "tokenizer); never downloaded")
     config: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     liger_kernel: LigerKernelConfig = LigerKernelConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _requirement_path_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "pretrained_model_name_or_path" in data:
+            data = dict(data)
+            value = data.pop("pretrained_model_name_or_path")
+            if data.setdefault("pretrained_path", value) != value:
+                raise ValueError("pretrained_model_name_or_path and pretrained_path disagree; set one of them")
+        return data
 
     @model_validator(mode="after")
     def _pretrained_needs_path(self) -> ModelConfig:
         if self.source == "pretrained" and not self.pretrained_path:
             raise ValueError("source 'pretrained' needs model.pretrained_path (a local directory)")
+        if self.source != "pretrained" and self.pretrained_path:
+            raise ValueError(f"model.pretrained_path is only read with source: pretrained (source is {self.source!r})")
         return self
 
 
 class DataConfig(_Strict):
-    """``data``: deterministic batches, synthetic or from the shipped corpus."""
+    """``data``: deterministic batches: synthetic motifs, the shipped corpus, or a local file.
 
-    kind: Literal["synthetic", "corpus"] = "synthetic"
-    seq_len: int = Field(128, gt=1)
+    ``jsonl`` (one JSON object per line, its ``text_field`` the text) and ``text`` (one document per
+    line) read ``path`` and tokenize with the model's own tokenizer (``tokenizer``, by default
+    ``model.pretrained_path``); documents are packed into ``seq_len`` windows (``packing: true``) or
+    padded one per sample; ``shuffle`` orders them by ``seed``, epoch after epoch.
+    """
+
+    kind: Literal["synthetic", "corpus", "jsonl", "text"] = "synthetic"
+    seq_len: Int = Field(128, gt=1, le=1 << 20)
     corpus_path: str | None = None
-    pad_every: int = Field(4, ge=0, description="every N-th sample is right-padded (0: never)")
+    pad_every: Int = Field(4, ge=0, description="synthetic/corpus: every N-th sample is right-padded (0: never)")
+    path: str | None = Field(None, description="jsonl/text: the local dataset file")
+    text_field: str = Field("text", min_length=1, description="jsonl: the field holding the text")
+    tokenizer: str | None = Field(None, description="jsonl/text: a local tokenizer folder (default: the model's)")
+    packing: bool = True
+    shuffle: bool = True
+
+    @model_validator(mode="after")
+    def _files_need_a_path(self) -> DataConfig:
+        if self.kind in ("jsonl", "text") and not self.path:
+            raise ValueError(f"data.kind {self.kind!r} needs data.path (a local {self.kind} file)")
+        if self.kind not in ("jsonl", "text") and (self.path or self.tokenizer):
+            raise ValueError("data.path and data.tokenizer are read with kind jsonl or text only")
+        if self.corpus_path and self.kind != "corpus":
+            raise ValueError("data.corpus_path is read with kind: corpus only")
+        return self
 
 
 class TrainConfig(_Strict):
     """``train``: optimizer, batch geometry, logging."""
 
-    steps: int = Field(10, gt=0)
-    global_batch_size: int = Field(8, gt=0, description="sequences per optimizer step, all ranks")
-    micro_batch_size: int = Field(4, gt=0)
-    lr: float = Field(3e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
-    warmup_steps: int = Field(0, ge=0)
-    output_dir: str | None = None
-    peak_tflops: float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
+    steps: Int = Field(10, gt=0)
+    global_batch_size: Int = Field(8, gt=0, description="sequences per optimizer step, all ranks")
+    micro_batch_size: Int = Field(4, gt=0)
+    lr: Float = Field(3e-4, gt=0, le=1.0, description="AdamW's learning rate (above 1 is refused as absurd)")
+    weight_decay: Float = Field(0.0, ge=0, le=10.0)
+    betas: tuple[Annotated[Float, Field(ge=0, lt=1)], Annotated[Float, Field(ge=0, lt=1)]] = (0.9, 0.95)
+    grad_clip: Float = Field(1.0, ge=0, description="0 disables clipping")
+    warmup_steps: Int = Field(0, ge=0)
+    output_dir: str | None = Field(None, description="the run folder (default: a new one under runs/<name>/)")
+    runs_dir: str = Field("runs", min_length=1, description="where default run folders go")
+    checkpoint_every: Int | None = Field(None, gt=0, description="save a checkpoint every N steps (and at a "
+                                         "graceful stop); resume with `ligerkit train --resume RUN_DIR`")
+    keep_checkpoints: Int = Field(2, gt=0, description="complete checkpoints kept, newest first")
+    stop_after_steps: Int | None = Field(None, gt=0, description="stop after this many steps of the run as if "
+                                         "interrupted (checkpoint, exit non-zero): time-boxed jobs, tests")
+    summary_warmup_steps: Int = Field(1, ge=0, description="first steps left out of the median tokens/s")
+    peak_tflops: Float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
     progress: bool = True
     compile: bool = Field(False, description="torch.compile each decoder layer (the FSDP units)")
     compile_over_liger_kernels: bool = Field(
@@ -107,7 +152,7 @@ class TrainConfig(_Strict):
         "mixed precision (float32 master weights and optimizer states)"
     )
     loss: LossConfig = LossConfig()
-    log_every: int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
+    log_every: Int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
                            "(output that is not a terminal: pipes, nohup, CI)")
     fused_adamw: bool = Field(
         True, description="on a CUDA GPU, AdamW's fused kernel (one launch, float32 arithmetic for bf16 "
@@ -128,6 +173,8 @@ class TrainConfig(_Strict):
     def _micro_divides_global(self) -> TrainConfig:
         if self.global_batch_size % self.micro_batch_size:
             raise ValueError("train.global_batch_size must be a multiple of train.micro_batch_size")
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"train.warmup_steps ({self.warmup_steps}) is more than train.steps ({self.steps})")
         return self
 
 
@@ -135,7 +182,9 @@ class RecipeConfig(_Strict):
     """A whole recipe config."""
 
     name: str
-    seed: int = 0
+    seed: Int = Field(0, ge=0, le=2**63 - 1)
+    recipe: str | None = Field(None, description="the recipe this config trains (a folder, or a name under "
+                               "recipes/); needed only for a config that lives outside recipes/<name>/configs/")
     model: ModelConfig
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
@@ -198,62 +247,3 @@ class RecipeConfig(_Strict):
         if not value or "/" in value:
             raise ValueError("name must be a non-empty string without '/'")
         return value
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """``a.b.c=value`` -> (["a", "b", "c"], YAML-parsed value)."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.steps=20")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc})") from exc
-    return key.strip().split("."), value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``data`` with every ``a.b=c`` override set (intermediate maps created)."""
-    data = copy.deepcopy(data)
-    for item in overrides:
-        path, value = parse_override(item)
-        node = data
-        for part in path[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}  # e.g. modules: auto -> modules: {rope: false}
-                node[part] = child
-            node = child
-        node[path[-1]] = value
-    return data
-
-
-def _format(exc: ValidationError) -> str:
-    lines = []
-    for error in exc.errors():
-        path = ".".join(str(p) for p in error["loc"]) or "<root>"
-        message = "unknown key (not in the schema)" if error["type"] == "extra_forbidden" else error["msg"]
-        lines.append(f"  {path}: {message}")
-    return "\n".join(lines)
-
-
-def validate_config(data: dict[str, Any], source: str = "<dict>") -> RecipeConfig:
-    """Validate a raw mapping; raise :class:`ConfigError` naming every bad key path."""
-    try:
-        return RecipeConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{source} is not a valid recipe config:\n{_format(exc)}") from None
-
-
-def load_recipe_config(path: str | Path, overrides: list[str] | None = None) -> RecipeConfig:
-    """Load a recipe YAML, apply ``--set`` overrides, validate."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping at the top level")
-    return validate_config(apply_overrides(data, overrides or []), str(path))

@@ -1,0 +1,122 @@
+"""What a config promises, checked before anything is built: files, the family, the model's own keys.
+
+The schema checks types and ranges; this checks the config against the world: the files it names
+exist and are what they should be, the family is one transformers knows, every ``model.config`` key
+is one the config class the recipe builds from takes, sizes are positive, and ``modules`` names are
+Liger's. Each problem is a :class:`~ligerkit.train.config.ConfigError` naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+from ligerkit.train.config import ConfigError, RecipeConfig, unknown_key_hint
+
+_SIZE_SUFFIXES = ("_size", "_dim", "_layers", "_heads", "vocab_size", "_experts", "_embeddings")
+
+
+def check_file(key: str, value: str | None, what: str) -> None:
+    """``value`` names an existing regular file."""
+    if value is not None and not Path(value).is_file():
+        raise ConfigError(f"{key}: {value!r} is {'a folder' if Path(value).is_dir() else 'missing'}; give {what}")
+
+
+def check_text_file(key: str, value: str | None) -> None:
+    """``value`` names a file whose first bytes decode as UTF-8 text."""
+    check_file(key, value, "a UTF-8 text file")
+    if value is None:
+        return
+    with open(value, "rb") as fh:
+        head = fh.read(1 << 16)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the end of the sample
+            raise ConfigError(f"{key}: {value!r} is not UTF-8 text (byte {exc.start}); give a text file") from exc
+    if b"\x00" in head:
+        raise ConfigError(f"{key}: {value!r} holds NUL bytes: a binary file, not text")
+
+
+def check_paths(config: RecipeConfig) -> None:
+    """Every file and folder the config names, before anything is built."""
+    model, data, train = config.model, config.data, config.train
+    if model.pretrained_path is not None and not (Path(model.pretrained_path) / "config.json").is_file():
+        raise ConfigError(f"model.pretrained_path: {model.pretrained_path!r} is not a local checkpoint folder with a "
+                          "config.json (nothing is downloaded)")
+    if data.kind == "corpus":
+        check_text_file("data.corpus_path", data.corpus_path)
+    if data.kind in ("jsonl", "text"):
+        check_text_file("data.path", data.path)
+        tokenizer = data.tokenizer or model.pretrained_path
+        if tokenizer is None or not Path(tokenizer).is_dir():
+            raise ConfigError(f"data.tokenizer: {tokenizer!r} is not a local tokenizer folder; set data.tokenizer, "
+                              "or train a pretrained model whose folder holds its tokenizer")
+    for key, folder in (("train.output_dir", train.output_dir), ("train.runs_dir", train.runs_dir)):
+        if folder is None:
+            continue
+        path = Path(folder)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{key}: {folder!r} is a file; give a folder")
+        existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+        if not os.access(existing, os.W_OK):
+            raise ConfigError(f"{key}: {folder!r} cannot be written (no write permission on {existing}); choose "
+                              "another folder")
+
+
+def config_class_for(family: str) -> type:
+    """transformers' config class for ``family``, or a :class:`ConfigError` with close matches."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if family not in CONFIG_MAPPING:
+        close = difflib.get_close_matches(family, list(CONFIG_MAPPING.keys()), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ConfigError(f"model.family: transformers has no model type {family!r}.{hint} A model of your own uses "
+                          "source: custom (its recipe builds it).")
+    return CONFIG_MAPPING[family]
+
+
+def known_options(cls: type) -> set[str]:
+    """The keys a config class takes: its signature and every attribute a default instance has."""
+    known = {n for n in inspect.signature(cls).parameters if n not in ("self", "kwargs", "args")}
+    try:
+        known |= set(vars(cls()))
+    except Exception:  # a class without defaults: its signature is what it takes
+        pass
+    return known
+
+
+def check_model_keys(keys: dict[str, Any], cls: type, where: str = "model.config") -> None:
+    """Every key is one ``cls`` takes; every size-like integer is positive."""
+    known = known_options(cls)
+    for key, value in keys.items():
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: {cls.__name__} has no such option{unknown_key_hint(key, sorted(known))}")
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and key.endswith(_SIZE_SUFFIXES):
+            raise ConfigError(f"{where}.{key}: {value} is not a size; it must be a positive integer")
+
+
+def build_config(cls: type, keys: dict[str, Any], where: str = "model.config") -> Any:
+    """``cls(**keys)`` after :func:`check_model_keys`; a constructor's refusal is a :class:`ConfigError`."""
+    if not isinstance(keys, dict):
+        raise ConfigError(f"{where} must be a mapping of {cls.__name__} options, got {keys!r}")
+    check_model_keys(keys, cls, where)
+    try:
+        return cls(**keys)
+    except Exception as exc:
+        raise ConfigError(f"{where}: {cls.__name__} refuses these values ({type(exc).__name__}: {exc})") from exc
+
+
+def check_modules(config: RecipeConfig, names: set[str]) -> None:
+    """``model.liger_kernel.modules`` names only modules in ``names``, even when Liger is off."""
+    modules = config.model.liger_kernel.modules
+    if not isinstance(modules, dict) or not modules:
+        return
+    known = sorted(names)
+    for name in modules:
+        if name not in known:
+            raise ConfigError(f"model.liger_kernel.modules.{name}: not a Liger module name"
+                              f"{unknown_key_hint(name, known)}; the names are {', '.join(known)}")

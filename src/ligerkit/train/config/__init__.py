@@ -1,0 +1,23 @@
+"""Recipe configuration: the typed schema (``schema``) and how a YAML file becomes one (``loading``)."""
+
+from ligerkit.train.config.loading import (
+    ConfigError,
+    apply_overrides,
+    load_recipe_config,
+    parse_override,
+    read_yaml,
+    unknown_key_hint,
+    validate_config,
+)
+from ligerkit.train.config.schema import (
+    DataConfig,
+    LigerKernelConfig,
+    LossConfig,
+    ModelConfig,
+    RecipeConfig,
+    TrainConfig,
+)
+
+__all__ = ["ConfigError", "DataConfig", "LigerKernelConfig", "LossConfig", "ModelConfig", "RecipeConfig",
+           "TrainConfig", "apply_overrides", "load_recipe_config", "parse_override", "read_yaml",
+           "unknown_key_hint", "validate_config"]

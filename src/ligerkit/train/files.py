@@ -1,0 +1,108 @@
+"""A user's own data: a local JSONL or text file, tokenized with the model's own tokenizer.
+
+Every document is tokenized once. ``packing`` concatenates documents (an end-of-sequence token
+between them) and cuts the stream into ``seq_len`` windows; otherwise each document is one sample,
+truncated or right-padded to ``seq_len``. Sample ``i`` is a pure function of ``(seed, i)``: epoch
+``i // n`` visits the ``n`` samples in an order drawn from ``(seed, epoch)`` (``shuffle``), so a run
+resumed at any step, on any number of ranks, sees exactly the data the uninterrupted run saw.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ligerkit.errors import LigerKitError
+
+
+class DataError(LigerKitError):
+    """A dataset file or tokenizer cannot be used (missing, not text, no documents, wrong field)."""
+
+
+def read_documents(path: str, kind: str, text_field: str) -> list[str]:
+    """The documents of a ``jsonl`` file (``text_field`` of each line) or a ``text`` file (each non-empty line)."""
+    file = Path(path)
+    if not file.is_file():
+        raise DataError(f"data.path {path!r} is not a file; point it at a local {kind} file")
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"data.path {path!r} is not UTF-8 text ({exc}); give a {kind} file") from exc
+    documents = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if kind == "text":
+            documents.append(line)
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{number} is not a JSON object ({exc}); a jsonl file holds one per line") from exc
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            raise DataError(f"{path}:{number} has no string field {text_field!r}; set data.text_field to the field "
+                            f"that holds the text (this line has {sorted(record) if isinstance(record, dict) else record!r})")
+        documents.append(text)
+    if not documents:
+        raise DataError(f"data.path {path!r} holds no documents")
+    return documents
+
+
+def load_tokenizer(path: str) -> Any:
+    """A local tokenizer (``tokenizer.json`` and its config), never from a hub."""
+    from transformers import AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise DataError(f"tokenizer folder {path!r} does not exist; set data.tokenizer or model.pretrained_path")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise DataError(f"cannot load a tokenizer from {path!r} ({type(exc).__name__}: {exc}); the folder needs "
+                        "tokenizer.json (or the files its tokenizer class saves)") from exc
+
+
+@dataclass(frozen=True)
+class TokenizedData:
+    """Samples of ``seq_len`` token ids with their real (unpadded) lengths."""
+
+    samples: torch.Tensor  # (n, seq_len)
+    lengths: torch.Tensor  # (n,)
+    vocab_size: int
+
+    def sample(self, seed: int, index: int, shuffle: bool) -> tuple[torch.Tensor, int]:
+        """Global sample ``index``: epoch ``index // n``, in that epoch's order."""
+        n = self.samples.shape[0]
+        epoch, position = divmod(index, n)
+        if shuffle:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+            position = int(order[position])
+        return self.samples[position], int(self.lengths[position])
+
+
+@cache
+def tokenized(path: str, kind: str, text_field: str, tokenizer_path: str, seq_len: int, packing: bool) -> TokenizedData:
+    """The dataset at ``path`` as samples (built once per process and settings)."""
+    tokenizer = load_tokenizer(tokenizer_path)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    eos = tokenizer.eos_token_id
+    docs = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in read_documents(path, kind, text_field)]
+    rows: list[list[int]] = []
+    if packing:
+        stream = [t for doc in docs for t in [*doc, *([eos] if eos is not None else [])]]
+        rows = [stream[i:i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
+        if not rows:
+            raise DataError(f"{path} packs into no full window of data.seq_len={seq_len} tokens ({len(stream)} "
+                            "tokens in all); lower data.seq_len or use packing: false")
+    else:
+        rows = [doc[:seq_len] for doc in docs if doc]
+    lengths = torch.tensor([len(r) for r in rows])
+    samples = torch.full((len(rows), seq_len), pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        samples[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+    return TokenizedData(samples, lengths, len(tokenizer))
