@@ -21,6 +21,14 @@ def _watched_owners() -> list[object]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _runs_in_a_temporary_folder(tmp_path_factory):
+    """Default run folders of every test (and of the processes tests start) go to a temporary folder."""
+    import os
+
+    os.environ["LIGERKIT_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _import_family_modules():
     """Import every family's modeling module up front, so the leak guard watches all of them."""
     from ligerkit.kit.families import all_families

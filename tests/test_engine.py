@@ -221,9 +221,9 @@ def test_deterministic_mode_is_on_while_training_and_restored_after(monkeypatch)
     trainer = Trainer(engine)
     original = trainer._train
 
-    def spy(device):
+    def spy(*args):
         seen.append(torch.are_deterministic_algorithms_enabled())
-        return original(device)
+        return original(*args)
 
     monkeypatch.setattr(trainer, "_train", spy)
     trainer.train(torch.device("cpu"))

@@ -83,7 +83,10 @@ def run(body: Callable[[], None]) -> None:
         body()
     except LigerKitError as exc:
         err.print(f"[bold red]error[/]: {type(exc).__name__}: {exc}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(getattr(exc, "exit_code", 1)) from None
+    except KeyboardInterrupt:
+        err.print("stopped at once (a second signal); the newest complete checkpoint, if any, is where to resume")
+        raise typer.Exit(130) from None
 
 
 def emit_json(data: Any) -> None:

@@ -21,13 +21,22 @@ from ligerkit.cli.common import (
 
 @app.command()
 def train(
-    config: Annotated[str, typer.Argument(help="Recipe config, e.g. recipes/qwen3/configs/cpu.yaml.")],
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override, e.g. --set train.steps=5.")] = None,
+    config: Annotated[str | None, typer.Argument(
+        help="A recipe config (recipes/qwen3/configs/cpu.yaml), or a recipe folder (its configs/gpu.yaml on a GPU "
+             "machine, configs/cpu.yaml elsewhere). Optional with --resume.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config key; repeat it for several, "
+                                                               "e.g. --set train.steps=5 --set train.lr=1e-3.")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Continue the run in this folder from its newest "
+                                                              "complete checkpoint.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a recipe config (Liger as the config says; under torchrun for several GPUs).
 
-    Progress goes to stderr: a bar in a terminal, log lines elsewhere (train.log_every steps apart).
+    Every run writes a folder (train.output_dir, or a new one under runs/<config name>/): the resolved
+    config, the environment, the Liger report, metrics.jsonl, checkpoints, loss.png and summary.json.
+    SIGINT/SIGTERM finish the step, save a checkpoint and exit 130/143 (a second signal stops at once);
+    train.stop_after_steps exits 75 the same way; --resume continues. Progress goes to stderr: a bar in a
+    terminal, log lines elsewhere (train.log_every steps apart).
     """
     from ligerkit.kit.report import render_report
     from ligerkit.train import Trainer, load_engine
@@ -36,18 +45,20 @@ def train(
         overrides = list(set_ or [])
         if as_json:
             overrides.append("train.progress=false")
-        engine = load_engine(config, overrides)
+        engine = load_engine(_train_config(config, resume), overrides)
         log_to_stderr()
-        result = Trainer(engine).train()
+        result = Trainer(engine, resume).train()
         if not engine.env.main:
             return
         if as_json:
             emit_json({
                 "config": engine.config.model_dump(mode="json"),
                 "loss_path": engine.loss_path(),
+                "run_dir": str(result.run_dir),
                 "report": result.report.to_dict() if result.report else None,
                 "scan": result.scan.to_dict() if result.scan else None,
                 "steps": [s.to_dict() for s in result.steps],
+                "summary": result.summary(engine.config.train.summary_warmup_steps),
             })
             return
         if result.report is not None:
@@ -57,11 +68,24 @@ def train(
         else:
             out.print("Liger: off (model.liger_kernel.enabled is false); the model trained unpatched.", markup=False)
         out.print(f"loss path: {engine.loss_path()}", markup=False, soft_wrap=True)
-        first, last = result.steps[0], result.steps[-1]
-        out.print(f"trained {len(result.steps)} steps: loss {first.loss:.4f} -> {last.loss:.4f}, "
-                  f"median {result.median_tokens_per_s:,.0f} tokens/s after the first step", markup=False)
+        out.print(result.summary_line(engine.config.train.summary_warmup_steps), markup=False, soft_wrap=True)
 
     run(body)
+
+
+def _train_config(config: str | None, resume: str | None) -> str:
+    """The config to train: as given (a recipe folder picks its cpu/gpu config), or the resumed run's."""
+    from pathlib import Path
+
+    from ligerkit.environment import accelerator
+    from ligerkit.errors import InvalidOptionError
+    from ligerkit.train.loading import config_of
+
+    if config is None:
+        if resume is None:
+            raise InvalidOptionError("give a config (or a recipe folder) to train, or --resume RUN_DIR")
+        return str(Path(resume) / "config.yaml")
+    return str(config_of(config, gpu=accelerator() is not None))
 
 
 @app.command()

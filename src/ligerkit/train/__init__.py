@@ -3,7 +3,8 @@
 from ligerkit.train.config import RecipeConfig, load_recipe_config
 from ligerkit.train.loading import Recipe, load_engine, load_recipe
 from ligerkit.train.recipe import RecipeEngine
-from ligerkit.train.trainer import Trainer, TrainResult
+from ligerkit.train.result import TrainResult
+from ligerkit.train.trainer import Trainer
 
 __all__ = ["Recipe", "RecipeConfig", "RecipeEngine", "TrainResult", "Trainer", "load_engine", "load_recipe",
            "load_recipe_config"]

@@ -74,3 +74,21 @@ def shutdown(env: DistEnv, barrier: bool = True) -> None:
         if barrier:
             dist.barrier()
         dist.destroy_process_group()
+
+
+def agree_max(value: float, env: DistEnv, device: torch.device) -> float:
+    """The largest ``value`` over ranks (every rank gets it): ranks agree on when to stop and save."""
+    if not env.distributed:
+        return value
+    tensor = torch.tensor(float(value), device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor.item())
+
+
+def from_main(value: object, env: DistEnv) -> object:
+    """Rank 0's ``value`` on every rank (a run folder's path, say)."""
+    if not env.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

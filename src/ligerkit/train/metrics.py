@@ -1,4 +1,4 @@
-"""Per-step metrics: a JSONL file, and progress (rank 0 only).
+"""Per-step metrics: a strict-JSON lines file, and progress (rank 0 only).
 
 Progress is a rich bar when stderr is a terminal; anywhere else (a pipe, nohup, CI) it is a log line
 every ``log_every`` steps through the ``ligerkit`` logger, so a plain log tells the story.
@@ -12,6 +12,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from ligerkit.train.run_dir import finite
 
 log = logging.getLogger("ligerkit.train")
 
@@ -50,13 +52,13 @@ class StepMetrics:
 class MetricsLog:
     """Appends one JSON line per step; shows progress when asked (a bar in a terminal, else log lines)."""
 
-    def __init__(self, path: Path | None, total: int, progress: bool, title: str, log_every: int = 10):
+    def __init__(self, path: Path | None, total: int, progress: bool, title: str, log_every: int = 10,
+                 done: int = 0):
         self.path = path
         self.total = total
         self.log_every = log_every
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("")
         self._progress = None
         self._lines = progress and not sys.stderr.isatty()
         if progress and not self._lines:
@@ -66,19 +68,20 @@ class MetricsLog:
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
             )
-            self._task = self._progress.add_task(title, total=total, status="")
+            self._task = self._progress.add_task(title, total=total, completed=done, status="")
             self._progress.start()
 
     def log(self, metrics: StepMetrics) -> None:
         """Record a step."""
-        if self.path is not None:
+        if self.path is not None:  # appended and flushed per step: a crash loses at most the step in flight
             with self.path.open("a") as fh:
-                fh.write(json.dumps(metrics.to_dict()) + "\n")
+                fh.write(json.dumps(finite(metrics.to_dict()), allow_nan=False) + "\n")
+                fh.flush()
         last = metrics.step + 1 == self.total
         if self._lines and (metrics.step == 0 or (metrics.step + 1) % self.log_every == 0 or last):
             log.info(metrics.line(self.total))
         if self._progress is not None:
-            status = f"loss {metrics.loss:.4f}  {metrics.tokens_per_s:,.0f} tok/s"
+            status = f"loss {metrics.loss:.4f}  {metrics.tokens_per_s:,.0f} tok/s"  # finite: the guard runs first
             if metrics.mfu is not None:
                 status += f"  MFU {metrics.mfu:.1%}"
             self._progress.update(self._task, advance=1, status=status)

@@ -70,3 +70,33 @@ def device_batch(batch: Batch, device: torch.device, drop_mask: bool = False) ->
     if drop_mask:
         batch = drop_right_padding_mask(batch)
     return {k: v.to(device) for k, v in batch.items()}
+
+
+def dropout_seed(seed: int, sample_index: int) -> int:
+    """The random seed of the micro-batch starting at global sample ``sample_index``: dropout masks
+    depend on the data only, so a run resumed at any step, on any number of ranks, draws the same."""
+    return (seed * 2_654_435_761 + sample_index * 40_503 + 12_345) % (2**63 - 1)
+
+
+def total_norm(model: nn.Module) -> torch.Tensor | None:
+    """The total gradient norm, taken in float32 (``None`` without gradients).
+
+    ``clip_grad_norm_`` takes the norm in the gradients' dtype: for bf16 gradients the clip factor then
+    moves in steps of 0.4-0.8%, and two runs whose gradients differ in the last bit can be clipped by
+    factors that far apart.
+    """
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return None
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for g in grads:  # one foreach launch per (device, dtype), as clip_grad_norm_ groups them
+        groups.setdefault((g.device, g.dtype), []).append(g)
+    first = grads[0].device
+    norms = [n.to(first) for group in groups.values() for n in torch._foreach_norm(group, 2.0, dtype=torch.float32)]
+    return torch.linalg.vector_norm(torch.stack(norms), 2.0)
+
+
+def as_float(norm: torch.Tensor) -> float:
+    """A (possibly sharded) scalar tensor as a Python float."""
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if callable(full) else norm)

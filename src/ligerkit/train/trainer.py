@@ -1,50 +1,37 @@
-"""``Trainer``: runs any recipe. The loop, the optimizer, FSDP2, metrics; the recipe declares the rest.
+"""``Trainer``: runs any recipe. The loop, the optimizer, FSDP2, the run folder, checkpoints, stops.
 
 The loss is the recipe's own token-normalized loss (``train.loss``): cross entropy summed over valid
 (non-ignored) shifted tokens, divided by the count of valid tokens over the whole optimizer step
-(all micro-batches, all ranks). Every run says what it does through the ``ligerkit`` logger: the
-Liger report when the model is built (before the first step, so a run that dies still said what it
-swapped), progress, and a summary at the end.
+(all micro-batches, all ranks). Every run writes its folder (``run_dir.py``), says what it does
+through the ``ligerkit`` logger (the Liger report before the first step, so a run that dies still
+said what it swapped), checkpoints every ``train.checkpoint_every`` steps, resumes exactly, and stops
+cleanly on SIGINT/SIGTERM, ``train.stop_after_steps`` or a non-finite number (``stopping.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ligerkit.environment import accelerator
 from ligerkit.errors import LigerKitError
-from ligerkit.kit import LigerKernelReport, ScanResult
 from ligerkit.loss import valid_tokens
+from ligerkit.train import checkpoint, run_dir
 from ligerkit.train import distributed as D
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
 from ligerkit.train.recipe import Batch, RecipeEngine
-from ligerkit.train.step import StepModule, device_batch
+from ligerkit.train.result import TrainResult
+from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, total_norm
+from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, NonFiniteError, TrainingStopped, graceful_signals
 
 log = logging.getLogger("ligerkit.train")
-
-
-@dataclass
-class TrainResult:
-    """What ``train`` returns: every step's metrics, the kit report and the scan."""
-
-    steps: list[StepMetrics] = field(default_factory=list)
-    report: LigerKernelReport | None = None
-    scan: ScanResult | None = None
-
-    @property
-    def median_tokens_per_s(self) -> float:
-        """Median tokens/s over the steps after the first (warm-up), or the only step's."""
-        timed = self.steps[1:] or self.steps
-        return statistics.median(s.tokens_per_s for s in timed) if timed else 0.0
 
 
 def pick_device(env: D.DistEnv) -> torch.device:
@@ -54,21 +41,25 @@ def pick_device(env: D.DistEnv) -> torch.device:
 
 
 def use_deterministic_algorithms() -> None:
-    """Make a run repeatable bit for bit: PyTorch's deterministic kernels (flash attention's
-    backward included) and a fixed cuBLAS workspace. An op with no deterministic kernel then
-    raises instead of running. The Liger kernels the recipes use (RMSNorm, RoPE, SwiGLU, cross
-    entropy) reduce without atomics in liger-kernel 0.8.5."""
+    """Make a run repeatable bit for bit: PyTorch's deterministic kernels (flash attention's backward
+    included) and a fixed cuBLAS workspace; an op with no deterministic kernel then raises. The Liger
+    kernels the recipes use reduce without atomics in liger-kernel 0.8.5."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
 
 
 class Trainer:
-    """Trains one recipe (a :class:`RecipeEngine`) for ``train.steps`` optimizer steps."""
+    """Trains one recipe (a :class:`RecipeEngine`) for ``train.steps`` optimizer steps.
 
-    def __init__(self, recipe: RecipeEngine):
+    ``resume`` is a run folder to continue from its newest complete checkpoint.
+    """
+
+    def __init__(self, recipe: RecipeEngine, resume: str | Path | None = None):
         self.recipe = recipe
         self.config = recipe.config
         self.env = recipe.env
+        self.resume = str(resume) if resume is not None else None
+        self.run: Path | None = None
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Set everything up in order, train, log each step; the kit is reverted at the end."""
@@ -79,7 +70,8 @@ class Trainer:
         try:
             if self.config.train.deterministic:
                 use_deterministic_algorithms()
-            result = self._train(device)
+            with graceful_signals() as stop:
+                result = self._train(device, stop)
             clean = True
             return result
         finally:
@@ -87,15 +79,28 @@ class Trainer:
             self.recipe.liger_kit.revert()
             D.shutdown(self.env, barrier=clean)
 
-    def _train(self, device: torch.device) -> TrainResult:
+    def _open_run(self) -> Path:
         t = self.config.train
-        main = self.env.main
+        path = run_dir.open_run_dir(t.output_dir, t.runs_dir, self.config.name, self.resume) if self.env.main else None
+        return Path(str(D.from_main(str(path) if path else None, self.env)))
+
+    def _train(self, device: torch.device, stop: object) -> TrainResult:
+        t, main = self.config.train, self.env.main
+        self.run = self._open_run()
         if main:
-            log.info("%s: %d steps on %s x %d, Liger %s, loss %s", self.config.name, t.steps, device,
-                     self.env.world_size, "on" if self.recipe.liger_enabled else "off", self.recipe.loss.name)
+            log.info("%s: %d steps on %s x %d, Liger %s, loss %s; run folder %s", self.config.name, t.steps, device,
+                     self.env.world_size, "on" if self.recipe.liger_enabled else "off", self.recipe.loss.name, self.run)
         model = self.recipe.setup_model(device)
-        if main and self.recipe.liger_enabled:
-            log.info("Liger:\n%s", self.recipe.liger_kit.report)
+        report = self.recipe.liger_kit.report if self.recipe.liger_kit.active else None
+        if main and report is not None:
+            log.info("Liger:\n%s", report)
+        if main and self.resume is None:
+            liger = {"report": report.to_dict(), "scan": self.recipe.scan.to_dict() if self.recipe.scan else None} \
+                if report is not None else None
+            resolved = self.config.model_dump(mode="json")
+            if self.recipe.recipe_dir is not None:  # the run's config.yaml resumes from anywhere
+                resolved["recipe"] = str(self.recipe.recipe_dir)
+            run_dir.write_start(self.run, resolved, liger)
         self.recipe.check_loss_path(model, device)
         data = self.data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
@@ -105,27 +110,60 @@ class Trainer:
         if self.env.distributed:
             D.shard(step_module, self.recipe.fsdp_units(model))
         optimizer = self.optimizer(step_module)
+        start = self._resume_from(step_module, optimizer)
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
+        metrics_log = MetricsLog(self.run / "metrics.jsonl" if main else None, t.steps, t.progress and main,
+                                 self.config.name, t.log_every, done=start)
+        result = TrainResult(report=report, scan=self.recipe.scan, run_dir=self.run, first_step=start)
         peak = peak_flops(device, t.peak_tflops)
-        out = Path(t.output_dir) if t.output_dir else None
-        metrics_log = MetricsLog(out / "metrics.jsonl" if out and main else None, t.steps, t.progress and main,
-                                 self.config.name, t.log_every)
-        result = TrainResult(report=self.recipe.liger_kit.report if self.recipe.liger_kit.active else None,
-                             scan=self.recipe.scan)
         try:
-            for step in range(t.steps):
-                result.steps.append(self._timed_step(step, step_module, optimizer, data, device, flops, peak))
-                metrics_log.log(result.steps[-1])
+            for step in range(start, t.steps):
+                metrics = self._timed_step(step, step_module, optimizer, data, device, flops, peak)
+                result.steps.append(metrics)
+                metrics_log.log(metrics)
+                self._after_step(step, start, step_module, optimizer, device, stop)
         finally:
             metrics_log.close()
+            if main:
+                run_dir.plot_losses(self.run)
         if main:
-            first, last = result.steps[0], result.steps[-1]
-            log.info("%s: trained %d steps, loss %.4f -> %.4f, median %s tokens/s%s", self.config.name,
-                     len(result.steps), first.loss, last.loss, f"{result.median_tokens_per_s:,.0f}",
-                     f"; metrics in {out / 'metrics.jsonl'}" if out else "")
+            run_dir.write_json(self.run / "summary.json", result.summary(t.summary_warmup_steps))
+            log.info("%s", result.summary_line(t.summary_warmup_steps))
         return result
+
+    def _resume_from(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        """Load the newest complete checkpoint when resuming; drop the metrics rows after it."""
+        if self.resume is None:
+            return 0
+        found = checkpoint.latest(self.run)
+        if found is None:
+            raise checkpoint.CheckpointError(f"{self.run} holds no complete checkpoint to resume from (checkpoints "
+                                             "are written every train.checkpoint_every steps and at a graceful stop)")
+        done = checkpoint.load(found, model, optimizer, self.env)
+        if self.env.main:
+            kept = run_dir.keep_metrics_before(self.run, done)
+            log.info("resuming %s at step %d from %s (%d metrics rows kept)", self.run, done, found, kept)
+        return done
+
+    def _after_step(self, step: int, start: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    device: torch.device, stop: object) -> None:
+        """Checkpoint when due; stop (checkpoint first) on a signal or after ``train.stop_after_steps``."""
+        t, done = self.config.train, step + 1
+        signum = D.agree_max(float(getattr(stop, "signal", None) or 0), self.env, device)  # every rank agrees
+        limit = t.stop_after_steps is not None and done - start >= t.stop_after_steps and done < t.steps
+        due = t.checkpoint_every is not None and done % t.checkpoint_every == 0
+        if not (due or signum or limit):
+            return
+        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.keep_checkpoints)
+        if self.env.main:
+            log.info("checkpoint after step %d: %s", done, saved)
+        if signum or limit:
+            code = EXIT_CODES.get(int(signum), STOPPED_AFTER_STEPS) if signum else STOPPED_AFTER_STEPS
+            why = f"signal {int(signum)}" if signum else f"train.stop_after_steps={t.stop_after_steps}"
+            raise TrainingStopped(f"stopped after step {done} of {t.steps} ({why}); checkpoint in {saved}. Continue "
+                                  f"with `ligerkit train --resume {self.run}`", code)
 
     def _timed_step(self, step: int, model: StepModule, optimizer: torch.optim.Optimizer,
                     data: Callable[[int], list[Batch]], device: torch.device, flops: float,
@@ -136,11 +174,11 @@ class Trainer:
         batches = data(step)  # data generation is not timed
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        loss, norm, tokens = self.train_step(model, optimizer, batches, device)
+        begin = time.perf_counter()
+        loss, norm, tokens = self.train_step(model, optimizer, batches, device, step)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - begin
         seen = sum(b["input_ids"].numel() for b in batches) * self.env.world_size
         per_device = seen / elapsed / self.env.world_size
         return StepMetrics(
@@ -155,8 +193,7 @@ class Trainer:
         vocab = model.get_output_embeddings().weight.shape[0]
         return lambda step: self.micro_batches(step, vocab)
 
-    def micro_batches(self, step: int, vocab_size: int) -> list[Batch]:
-        """This rank's micro-batches of global step ``step``."""
+    def _first_samples(self, step: int) -> list[int]:
         t = self.config.train
         per_rank = t.global_batch_size // self.env.world_size
         if per_rank * self.env.world_size != t.global_batch_size or per_rank % t.micro_batch_size:
@@ -165,8 +202,12 @@ class Trainer:
                 f"x whole micro-batches of {t.micro_batch_size}; change the batch sizes."
             )
         base = step * t.global_batch_size + self.env.rank * per_rank
-        return [self.recipe.make_batch(base + i, t.micro_batch_size, vocab_size)
-                for i in range(0, per_rank, t.micro_batch_size)]
+        return list(range(base, base + per_rank, t.micro_batch_size))
+
+    def micro_batches(self, step: int, vocab_size: int) -> list[Batch]:
+        """This rank's micro-batches of global step ``step``."""
+        size = self.config.train.micro_batch_size
+        return [self.recipe.make_batch(first, size, vocab_size) for first in self._first_samples(step)]
 
     def optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         """AdamW over every trainable parameter (fused on CUDA when ``train.fused_adamw``)."""
@@ -193,42 +234,45 @@ class Trainer:
         return compiled
 
     def train_step(self, model: StepModule, optimizer: torch.optim.Optimizer, batches: list[Batch],
-                   device: torch.device) -> tuple[float, float, int]:
-        """One optimizer step; returns (loss, grad norm, valid tokens)."""
+                   device: torch.device, step: int = 0) -> tuple[float, float, int]:
+        """One optimizer step; returns (loss, grad norm, valid tokens). A non-finite loss or gradient
+        norm raises :class:`NonFiniteError` before the optimizer touches the weights."""
         local = torch.tensor(float(sum(valid_tokens(b["labels"]) for b in batches)), device=device)
         total = D.all_reduce_sum(local, self.env)
         count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
         # FSDP averages gradients over ranks; the world-size factor keeps them sums / count.
         scale = self.env.world_size / count
         loss_sum = torch.zeros((), device=device)
-        for batch in batches:
+        firsts = self._first_samples(step)
+        for first, batch in zip(firsts if len(firsts) == len(batches) else range(len(batches)), batches, strict=True):
+            torch.manual_seed(dropout_seed(self.config.seed, first))  # dropout follows the data, not the rank
             part = model(device_batch(batch, device, self.config.train.drop_right_padding_mask), scale)
             part.backward()
             loss_sum += part.detach()
-        norm = self.clip(model)
+        norm = total_norm(model)
+        loss, norm_value = D.all_reduce_sum(loss_sum, self.env).item() / self.env.world_size, self._value(norm)
+        if not (math.isfinite(loss) and math.isfinite(norm_value)):
+            optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(
+                f"step {step + 1}: the loss is {loss} and the gradient norm {norm_value}; the weights were not "
+                f"updated. Lower train.lr, set train.grad_clip (it is {self.config.train.grad_clip}), raise "
+                "train.warmup_steps, or check the data and model.dtype")
+        self._clip_to(model, norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        loss = D.all_reduce_sum(loss_sum, self.env).item() / self.env.world_size
-        return loss, norm, int(total.item())
+        return loss, norm_value, int(total.item())
+
+    @staticmethod
+    def _value(norm: torch.Tensor | None) -> float:
+        return as_float(norm) if norm is not None else 0.0
+
+    def _clip_to(self, model: torch.nn.Module, norm: torch.Tensor | None) -> None:
+        if norm is not None and self.config.train.grad_clip:
+            params = [p for p in model.parameters() if p.grad is not None]
+            torch.nn.utils.clip_grads_with_norm_(params, self.config.train.grad_clip, norm)
 
     def clip(self, model: torch.nn.Module) -> float:
-        """Clip to ``train.grad_clip`` by the total gradient norm, taken in float32; return that norm.
-
-        ``clip_grad_norm_`` takes the norm in the gradients' dtype: for bf16 gradients the clip
-        factor then moves in steps of 0.4-0.8%, and two runs whose gradients differ in the last
-        bit can be clipped by factors that far apart.
-        """
-        params = [p for p in model.parameters() if p.grad is not None]
-        if not params:
-            return 0.0
-        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-        for p in params:  # one foreach launch per (device, dtype), as clip_grad_norm_ groups them
-            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
-        first = params[0].grad.device
-        norms = [n.to(first) for grads in groups.values()
-                 for n in torch._foreach_norm(grads, 2.0, dtype=torch.float32)]
-        total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
-        if self.config.train.grad_clip:
-            torch.nn.utils.clip_grads_with_norm_(params, self.config.train.grad_clip, total)
-        full = getattr(total, "full_tensor", None)
-        return float(full() if callable(full) else total)
+        """Clip to ``train.grad_clip`` by the total gradient norm, taken in float32; return that norm."""
+        norm = total_norm(model)
+        self._clip_to(model, norm)
+        return self._value(norm)

@@ -8,6 +8,7 @@ training choice (``train.loss``), whatever Liger does.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -133,7 +134,8 @@ class TrainConfig(_Strict):
     grad_clip: Float = Field(1.0, ge=0, description="0 disables clipping")
     warmup_steps: Int = Field(0, ge=0)
     output_dir: str | None = Field(None, description="the run folder (default: a new one under runs/<name>/)")
-    runs_dir: str = Field("runs", min_length=1, description="where default run folders go")
+    runs_dir: str = Field(default_factory=lambda: os.environ.get("LIGERKIT_RUNS_DIR", "runs"), min_length=1,
+                          description="where default run folders go (default: $LIGERKIT_RUNS_DIR, else runs/)")
     checkpoint_every: Int | None = Field(None, gt=0, description="save a checkpoint every N steps (and at a "
                                          "graceful stop); resume with `ligerkit train --resume RUN_DIR`")
     keep_checkpoints: Int = Field(2, gt=0, description="complete checkpoints kept, newest first")

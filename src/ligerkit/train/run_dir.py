@@ -1,0 +1,131 @@
+"""The run folder: everything a run leaves behind, in one place, and nothing lost on a re-run.
+
+Every run writes under a folder of its own: by default a new one under ``runs/<config name>/``,
+named by its start time; an explicit ``train.output_dir`` that already holds a run is refused unless
+the run is resumed. Inside: ``config.yaml`` (the resolved config), ``environment.json`` (versions and
+devices), ``liger.json`` (the kit's report and scan), ``metrics.jsonl`` (strict JSON, one line per
+step, appended and flushed as it goes), ``checkpoints/``, and at the end ``loss.png`` and
+``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from ligerkit.environment import installed_version
+from ligerkit.errors import LigerKitError
+
+MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
+
+
+class RunDirError(LigerKitError):
+    """A run folder cannot be used as asked (it holds another run, or is not a run to resume)."""
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` already holds (part of) a run."""
+    return any((path / marker).exists() for marker in MARKERS)
+
+
+def new_run_dir(runs_dir: str, name: str) -> Path:
+    """A fresh, unique folder ``runs_dir/name/<date>-<time>-<random>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for _ in range(100):
+        path = Path(runs_dir) / name / f"{stamp}-{secrets.token_hex(2)}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise RunDirError(f"could not create a new run folder under {Path(runs_dir) / name}")
+
+
+def open_run_dir(output_dir: str | None, runs_dir: str, name: str, resume: str | None) -> Path:
+    """The folder this run writes to (rank 0 decides; see :func:`ligerkit.train.distributed.agree`)."""
+    if resume is not None:
+        path = Path(resume)
+        if not (path / "config.yaml").is_file():
+            raise RunDirError(f"--resume {resume!r} is not a run folder (no config.yaml); give the folder a run wrote")
+        return path
+    if output_dir is None:
+        return new_run_dir(runs_dir, name)
+    path = Path(output_dir)
+    if path.is_dir() and holds_run(path):
+        raise RunDirError(f"train.output_dir {output_dir!r} already holds a run; continue it with "
+                          f"`ligerkit train --resume {output_dir}`, or choose another folder (or leave output_dir "
+                          "unset for a new one under train.runs_dir)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def environment() -> dict[str, Any]:
+    """What the run ran on: versions, Python, devices."""
+    devices = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+               if torch.cuda.is_available() else ["cpu"])
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "versions": {p: installed_version(p) for p in ("torch", "transformers", "liger-kernel", "ligerkit")},
+            "devices": devices, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float as ``None``: strict JSON, never ``NaN`` or ``Infinity``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Strict JSON (non-finite floats as null), written whole."""
+    path.write_text(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
+
+
+def write_start(path: Path, config: dict[str, Any], liger: dict[str, Any] | None) -> None:
+    """``config.yaml``, ``environment.json`` and ``liger.json`` of a new run."""
+    (path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    write_json(path / "environment.json", environment())
+    write_json(path / "liger.json", liger or {"enabled": False})
+
+
+def keep_metrics_before(path: Path, step: int) -> int:
+    """Drop the rows of ``metrics.jsonl`` at or after ``step`` (a resumed run writes them again); return
+    how many rows stay."""
+    file = path / "metrics.jsonl"
+    if not file.is_file():
+        return 0
+    rows = [line for line in file.read_text().splitlines() if line.strip() and json.loads(line)["step"] < step]
+    file.write_text("".join(line + "\n" for line in rows))
+    return len(rows)
+
+
+def plot_losses(path: Path) -> Path | None:
+    """``loss.png`` from ``metrics.jsonl`` (``None`` when there is nothing to plot)."""
+    file = path / "metrics.jsonl"
+    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
+    points = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(*zip(*points, strict=True))
+    ax.set(xlabel="step", ylabel="loss", title=path.name)
+    fig.tight_layout()
+    fig.savefig(path / "loss.png", dpi=100)
+    plt.close(fig)
+    return path / "loss.png"

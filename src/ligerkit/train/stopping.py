@@ -1,0 +1,69 @@
+"""How a run stops early: on a signal, after a set number of steps, or on a non-finite number.
+
+SIGINT and SIGTERM ask the trainer to finish the current step, save a checkpoint and exit non-zero;
+a second signal stops at once. ``train.stop_after_steps`` stops the same way after that many steps of
+this run (a time-boxed job). A non-finite loss or gradient norm stops before the optimizer step
+would spread it into the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from ligerkit.errors import LigerKitError
+
+log = logging.getLogger("ligerkit.train")
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+STOPPED_AFTER_STEPS = 75  # EX_TEMPFAIL: stopped on purpose, resumable
+
+
+class TrainingStopped(LigerKitError):
+    """The run stopped before its last step (a signal, ``train.stop_after_steps``); it can be resumed."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NonFiniteError(LigerKitError):
+    """A loss or gradient norm was NaN or infinite; the run stopped before updating the weights."""
+
+
+class StopRequest:
+    """Set by the first SIGINT/SIGTERM; read by the trainer after each step."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+
+@contextmanager
+def graceful_signals() -> Iterator[StopRequest]:
+    """SIGINT/SIGTERM handlers for the block: the first asks for a stop after the current step, a second
+    stops at once. Outside the main thread (no signals there) the request simply never comes."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if request:
+            signal.signal(signum, signal.SIG_DFL)
+            raise KeyboardInterrupt(f"signal {signum} again: stopping at once")
+        request.signal = signum
+        log.warning("%s: finishing this step, then saving a checkpoint (send it again to stop at once)",
+                    signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in EXIT_CODES}
+    try:
+        yield request
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
