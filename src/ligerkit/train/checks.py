@@ -62,6 +62,8 @@ def check_paths(config: RecipeConfig) -> None:
         if path.exists() and not path.is_dir():
             raise ConfigError(f"{key}: {folder!r} is a file; give a folder")
         existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+        if not existing.is_dir():
+            raise ConfigError(f"{key}: {folder!r} lies under {str(existing)!r}, which is a file; choose a folder")
         if not os.access(existing, os.W_OK):
             raise ConfigError(f"{key}: {folder!r} cannot be written (no write permission on {existing}); choose "
                               "another folder")

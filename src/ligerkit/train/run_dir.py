@@ -97,6 +97,7 @@ def write_start(path: Path, config: dict[str, Any], liger: dict[str, Any] | None
     (path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     write_json(path / "environment.json", environment())
     write_json(path / "liger.json", liger or {"enabled": False})
+    (path / "metrics.jsonl").touch()
 
 
 def keep_metrics_before(path: Path, step: int) -> int:
