@@ -55,15 +55,19 @@ class ArmFailedError(LigerKitError):
 
 
 def run_arm(config: str | Path, overrides: list[str], nproc: int = 1, env: dict[str, str] | None = None,
-            timeout: float = 1800, prelude: str | None = None) -> dict[str, Any]:
+            timeout: float = 1800, prelude: str | None = None, resume: str | None = None) -> dict[str, Any]:
     """Train ``config`` in a fresh process (``torchrun`` when ``nproc > 1``); return its JSON.
 
     ``prelude`` is Python run in that process before the trainer starts (one process only): a
     benchmark applies Liger's own helper there, to compare it with the kit under the same trainer.
+    ``resume`` continues the run in that folder. A run that stops on purpose (``train.stop_after_steps``)
+    exits non-zero and raises :class:`ArmFailedError` like any failure.
     """
     train = ["-m", "ligerkit", "train", str(config), "--json"]
     for item in overrides:
         train += ["--set", item]
+    if resume is not None:
+        train += ["--resume", resume]
     if prelude is not None:
         if nproc > 1:
             raise LigerKitError("a prelude runs in one process; it cannot be combined with nproc > 1")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,7 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    began = time.perf_counter()
     final = run / FOLDER / f"step_{step:07d}"
     partial = final.with_name(final.name + ".partial")
     if env.main:
@@ -85,7 +87,9 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
     torch.save(rng_state(), partial / f"rng_rank{env.rank}.pt")
     _barrier(env)
     if env.main:
-        (partial / "meta.json").write_text(json.dumps({"step": step, "world_size": env.world_size}))
+        seconds = round(time.perf_counter() - began, 3)
+        (partial / "meta.json").write_text(json.dumps({"step": step, "world_size": env.world_size,
+                                                       "save_seconds": seconds}))
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
         for old in complete(run)[:-keep]:

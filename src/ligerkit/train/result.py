@@ -20,6 +20,7 @@ class TrainResult:
     scan: ScanResult | None = None
     run_dir: Path | None = None
     first_step: int = 0
+    resume_seconds: float | None = None  # time to load the checkpoint this run resumed from
 
     def timed(self, warmup: int = 1) -> list[StepMetrics]:
         """The steps after the first ``warmup`` of this run (all of them when there are not more)."""
@@ -44,6 +45,7 @@ class TrainResult:
                              "max": max(timed, default=None), "steps_timed": len(timed), "warmup": warmup},
             "peak_mem_gib": max((s.peak_mem_gib for s in self.steps if s.peak_mem_gib is not None), default=None),
             "run_dir": str(self.run_dir) if self.run_dir else None,
+            "resume_load_seconds": self.resume_seconds,
         }
 
     def summary_line(self, warmup: int = 1) -> str:

@@ -60,6 +60,7 @@ class Trainer:
         self.env = recipe.env
         self.resume = str(resume) if resume is not None else None
         self.run: Path | None = None
+        self.resume_seconds: float | None = None
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Set everything up in order, train, log each step; the kit is reverted at the end."""
@@ -116,7 +117,8 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(device)
         metrics_log = MetricsLog(self.run / "metrics.jsonl" if main else None, t.steps, t.progress and main,
                                  self.config.name, t.log_every, done=start)
-        result = TrainResult(report=report, scan=self.recipe.scan, run_dir=self.run, first_step=start)
+        result = TrainResult(report=report, scan=self.recipe.scan, run_dir=self.run, first_step=start,
+                             resume_seconds=self.resume_seconds)
         peak = peak_flops(device, t.peak_tflops)
         try:
             for step in range(start, t.steps):
@@ -141,10 +143,13 @@ class Trainer:
         if found is None:
             raise checkpoint.CheckpointError(f"{self.run} holds no complete checkpoint to resume from (checkpoints "
                                              "are written every train.checkpoint_every steps and at a graceful stop)")
+        began = time.perf_counter()
         done = checkpoint.load(found, model, optimizer, self.env)
+        self.resume_seconds = round(time.perf_counter() - began, 3)
         if self.env.main:
             kept = run_dir.keep_metrics_before(self.run, done)
-            log.info("resuming %s at step %d from %s (%d metrics rows kept)", self.run, done, found, kept)
+            log.info("resuming %s at step %d from %s, loaded in %.1f s (%d metrics rows kept)", self.run, done,
+                     found, self.resume_seconds, kept)
         return done
 
     def _after_step(self, step: int, start: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
