@@ -82,6 +82,17 @@ def test_train_takes_a_recipe_folder_and_a_config_outside_recipes(tmp_path):
     assert named.exit_code == 0, named.output
 
 
+def test_a_recipe_name_resolves_to_the_shipped_recipe_from_any_folder(tmp_path, monkeypatch):
+    from ligerkit.train.loading import RecipeError, recipe_root
+
+    config = tmp_path / "mine.yaml"
+    config.write_text("name: mine\n")
+    monkeypatch.chdir(tmp_path)
+    assert recipe_root(config, "qwen3") == (ROOT / "recipes" / "qwen3").resolve()
+    with pytest.raises(RecipeError, match="not a recipe folder"):
+        recipe_root(config, "no_such_recipe")
+
+
 @pytest.mark.parametrize("sets", [["train.stop_after_steps=0"], ["train.warmup_steps=99"], ["data.path=x.jsonl"],
                                   ["data.kind=jsonl"], ["model.pretrained_path=/x"], ["train.checkpoint_every=0"]])
 def test_inconsistent_run_options_are_refused(sets):

@@ -43,18 +43,23 @@ class Recipe:
         return self.engine_class(config, recipe_dir=self.root)
 
 
+# The recipes of the checkout ligerkit runs from (an editable install: src/ligerkit -> ../../recipes).
+SHIPPED_RECIPES = Path(__file__).resolve().parents[3] / "recipes"
+
+
 def recipe_root(path: str | Path, recipe: str | None = None) -> Path:
     """The recipe folder: a recipe folder itself, the one a config in ``configs/`` sits in, or the one
     a config names with ``recipe:`` (a folder relative to the config or the working directory, or a
-    name under ``recipes/``)."""
+    name under ``recipes/`` of the working directory or of this repository's checkout)."""
     path = Path(path).resolve()
     if recipe is not None:
         base = path.parent if path.is_file() else path
-        for candidate in (base / recipe, Path(recipe), Path("recipes") / recipe):
+        shipped = SHIPPED_RECIPES / recipe
+        for candidate in (base / recipe, Path(recipe), Path("recipes") / recipe, shipped):
             if (candidate / "configs").is_dir() or (candidate / "engine").is_dir():
                 return candidate.resolve()
         raise RecipeError(f"recipe: {recipe!r} is not a recipe folder (looked next to {base}, in the working "
-                          "directory and under recipes/)")
+                          f"directory, under recipes/ and under {SHIPPED_RECIPES})")
     if path.is_file() and path.parent.name == "configs":
         return path.parent.parent
     if path.is_dir():
