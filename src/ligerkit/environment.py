@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import importlib.metadata
 
+# The one sentence every refusal to run Liger here starts with (train, the API's first forward).
+NEEDS_ACCELERATOR = "Liger's kernels need a CUDA GPU or an Ascend NPU"
+
 # Versions this release of ligerkit was tested against (CPU CI and the H200 device machine).
 TESTED = {"liger-kernel": ("0.8.5",), "transformers": ("5.22.2",)}
 

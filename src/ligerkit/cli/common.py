@@ -94,22 +94,15 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
-def render_scan(scan: Any, model_class: str, config_source: str) -> None:
+def render_scan(scan: Any, model_class: str, config_source: str | None = None) -> None:
     """Print a scan result, one finding a line."""
     for line in scan_lines(scan, model_class, config_source):
         out.print(line, markup=False, soft_wrap=True)
 
 
-def scan_lines(scan: Any, model_class: str, config_source: str) -> list[str]:
-    """The scan result as plain lines."""
-    lines = [f"Scan of {model_class} built on the meta device from {config_source}:"]
-    lines += [f"  {count:4d} x {name}" for name, count in scan.counts.items()]
-    lines += [f"  unused (no instance in this model): {swap}" for swap in scan.unused]
-    lines += [f"  function swap (not visible in the module tree): {fn}" for fn in scan.function_swaps]
-    lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in scan.stale]
-    lines.append("Validated: swaps measured, in-place writes checked, model scanned. Still to run on a GPU: "
-                 "`ligerkit smoke RECIPE` (gradients per parameter, then the loss curve).")
-    return lines
+def scan_lines(scan: Any, model_class: str, config_source: str | None = None) -> list[str]:
+    """The scan result as plain lines (:meth:`ligerkit.kit.scan.ScanResult.lines`)."""
+    return scan.lines(model_class, config_source)
 
 
 def log_to_stderr() -> None:

@@ -64,7 +64,7 @@ def train(
         if result.report is not None:
             render_report(result.report, out)
             if result.scan is not None:
-                render_scan(result.scan, "the trained model", "the recipe config")
+                render_scan(result.scan, "the trained model")
         else:
             out.print("Liger: off (model.liger_kernel.enabled is false); the model trained unpatched.", markup=False)
         out.print(f"loss path: {engine.loss_path()}", markup=False, soft_wrap=True)

@@ -7,7 +7,9 @@ keeps off); a second ``apply_liger_kernel_to_*`` call rebinds classes; someone r
 the model lives. The guard is a forward pre-hook that checks once, at the first forward, then
 removes itself. It refuses what changes the kit's swaps or turns Liger's kernels on behind its back
 (:class:`ForeignPatchError`, :class:`RevertedKitError`), and records other wrappers (an accelerate
-autocast wrapper, TRL's own LM head) in the scan instead.
+autocast wrapper, TRL's own LM head) in the scan instead. A forward that would reach one of Liger's
+kernels with the model on the CPU is refused with :class:`LigerNeedsAcceleratorError` (Triton's own
+error there says nothing about why); the check repeats until a forward passes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ligerkit.errors import ForeignPatchError, RevertedKitError
+from ligerkit.environment import NEEDS_ACCELERATOR
+from ligerkit.errors import ForeignPatchError, LigerNeedsAcceleratorError, RevertedKitError
 from ligerkit.kit.scan import ScanResult
 from ligerkit.kit.snapshot import Snapshot, current, owner_label
 from ligerkit.naming import qualified_name
@@ -121,7 +124,7 @@ class FirstForwardGuard:
                 problems.append(f"{module}.{attr} was rebound to {qualified_name(change.after)}")
                 hint = hint or _HELPER_HINT
             else:
-                self.scan.wrappers.append(f"{module}.{attr} rebound to {qualified_name(change.after)}")
+                self._wrapper(f"{module}.{attr} rebound to {qualified_name(change.after)}")
         for path, module in model.named_modules():
             for attr, value in list(vars(module).items()):
                 if attr.startswith("_") or not callable(value) or isinstance(value, nn.Module):
@@ -131,7 +134,7 @@ class FirstForwardGuard:
                     problems.append(f"{where} is bound to {qualified_name(value)} on the instance")
                     hint = hint or (_LOSS_FORWARD_HINT if attr == "forward" and not path else _HELPER_HINT)
                 elif attr == "forward":
-                    self.scan.wrappers.append(f"{where} wrapped by {qualified_name(value)}")
+                    self._wrapper(f"{where} wrapped by {qualified_name(value)}")
         added = sorted(path or "model" for path, cls in liger_instances(model) - self.instances)
         if added:
             problems.append(f"Liger modules the kit did not build appeared at {', '.join(added[:5])}")
@@ -141,6 +144,29 @@ class FirstForwardGuard:
                 "The model changed between kit.verify() and its first forward: " + "; ".join(problems[:6])
                 + (" ..." if len(problems) > 6 else "") + ". " + (hint or "Undo that patch, or apply the kit "
                 "again before building the model.")
+            )
+        self.check_device(model)
+
+    def _wrapper(self, line: str) -> None:
+        if line not in self.scan.wrappers:  # a refused forward checks again
+            self.scan.wrappers.append(line)
+
+    def check_device(self, model: nn.Module) -> None:
+        """Refuse a forward on the CPU that would reach a Liger kernel this kit swapped in."""
+        tensor = next(model.parameters(), None)
+        if tensor is None:
+            tensor = next(model.buffers(), None)
+        if tensor is None or tensor.device.type != "cpu":
+            return
+        held = {type(m) for m in model.modules()}
+        reached = sorted({e.swap.replacement for e in self.entries if is_liger(e.replacement)
+                          and (not isinstance(e.replacement, type) or e.replacement in held)})
+        if reached:
+            raise LigerNeedsAcceleratorError(
+                f"{NEEDS_ACCELERATOR}, and this model's forward runs on the CPU, where its Liger swaps "
+                f"({', '.join(reached[:4])}{' ...' if len(reached) > 4 else ''}) would fail inside Triton. Move "
+                "the model and its inputs to the GPU (model.to('cuda')); to run on the CPU, build the model without "
+                "the kit (revert it first, or never apply it)."
             )
 
 

@@ -64,6 +64,24 @@ class ScanResult:
             "wrappers": list(self.wrappers),
         }
 
+    def lines(self, model: str = "the model", source: str | None = None) -> list[str]:
+        """The scan as plain lines, one finding a line (what ``ligerkit plan`` and ``check`` print)."""
+        built = f" built on the meta device from {source}" if source else ""
+        lines = [f"Scan of {model}{built}:"]
+        lines += [f"  {count:4d} x {name}" for name, count in self.counts.items()]
+        lines += [f"  unused (no instance in this model): {swap}" for swap in self.unused]
+        lines += [f"  function swap (not visible in the module tree): {fn}" for fn in self.function_swaps]
+        lines += [f"  LEFTOVER of {name}: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}"
+                  for name, paths in self.leftovers.items()]
+        lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in self.stale]
+        lines += [f"  wrapper seen at the first forward: {w}" for w in self.wrappers]
+        lines.append("Validated: swaps measured, in-place writes checked, model scanned. Still to run on a GPU: "
+                     "`ligerkit smoke RECIPE` (gradients per parameter, then the loss curve).")
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
 
 def _class_swaps(entries: Iterable[Entry]) -> list[Entry]:
     return [e for e in entries if inspect.isclass(e.source) and inspect.isclass(e.replacement)]

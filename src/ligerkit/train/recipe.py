@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ligerkit.environment import NEEDS_ACCELERATOR
 from ligerkit.errors import LigerKitError, LigerNeedsAcceleratorError
 from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
@@ -149,7 +150,7 @@ class RecipeEngine:
         """``prepare_model`` (apply, then build), then the scan, in this order, always."""
         if self.liger_enabled and device.type == "cpu":
             raise LigerNeedsAcceleratorError(
-                "model.liger_kernel.enabled is true, but Liger's kernels need a CUDA GPU or an Ascend NPU "
+                f"model.liger_kernel.enabled is true, but {NEEDS_ACCELERATOR} "
                 "and this machine has neither; nothing was built. To train here without Liger, add "
                 "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
             )
