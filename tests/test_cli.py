@@ -1,4 +1,4 @@
-"""The command line: families, plan, --json, exit codes."""
+"""The command line: families, plan, --json, exit codes (more in test_cli_*.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from ligerkit.errors import InvalidOptionError
 runner = CliRunner()
 
 
-def test_families_json_lists_every_registry_entry_with_defaults():
+def test_families_json_lists_every_registry_entry_with_defaults(tmp_path, monkeypatch):
     from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
 
+    monkeypatch.setenv("LIGERKIT_CACHE_DIR", str(tmp_path))
     result = runner.invoke(app, ["families", "--json"])
     assert result.exit_code == 0
     rows = json.loads(result.stdout)

@@ -175,3 +175,7 @@ class RevertedKitError(LigerKitError):
 
 class LigerNeedsAcceleratorError(LigerKitError):
     """Liger is enabled but its kernels cannot run here (no CUDA GPU or NPU, or a CPU device)."""
+
+
+class TrainerConflictError(LigerKitError):
+    """A trainer is set to apply Liger (or its own loss) over a model the kit already patched."""

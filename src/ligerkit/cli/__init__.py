@@ -6,8 +6,10 @@ its message on stderr. The verbs live in ``kit_commands`` (no training) and ``ru
 
 from __future__ import annotations
 
-from ligerkit.cli import kit_commands, run_commands  # noqa: F401  (registers the verbs on ``app``)
+from ligerkit.cli import kit_commands, run_commands
 from ligerkit.cli.common import app, parse_exclude, parse_modules, scan_lines
+
+_VERBS = (kit_commands, run_commands)  # importing them registers the verbs on ``app``
 
 __all__ = ["app", "main", "parse_exclude", "parse_modules", "scan_lines"]
 

@@ -6,24 +6,80 @@ import json
 import logging
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
 from ligerkit.errors import InvalidOptionError, LigerKitError
 from ligerkit.naming import LOSS_MODULES
 
+# Plain (click) help: boolean options show as bare flags, every option shows its metavar.
 app = typer.Typer(
     help="Wire Liger Kernel into a training recipe before the model is built, and prove every swap.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 out = Console()
 err = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def set_option(scope: str, example: str) -> Any:
+    """The ``--set KEY=VALUE`` option of a verb, documented as repeatable."""
+    return typer.Option("--set", metavar="KEY=VALUE",
+                        help=f"{scope}; repeat for several, e.g. {example}.")
+
+
+class _Command(TyperCommand):
+    """A verb whose single-valued options may be given once: a second ``--family`` is an error,
+    never "the last one wins"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Refuse a repeated single-valued option, then parse as click does."""
+        seen: dict[str, int] = {}
+        for param in self.make_parser(ctx).parse_args(args=list(args))[2]:
+            if getattr(param, "multiple", True) or getattr(param, "count", False) or param.param_type_name != "option":
+                continue
+            seen[param.opts[0]] = seen.get(param.opts[0], 0) + 1
+        repeated = [name for name, n in seen.items() if n > 1]
+        if repeated:
+            fail(InvalidOptionError(f"{', '.join(repeated)} given more than once; give each option once "
+                                    f"(see ligerkit {ctx.info_name} --help)."))
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """Click's usage line: ``MODULE`` for a required argument, ``[RECIPE]`` for an optional one."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                pieces.append(_argument_name(param) if param.required else f"[{_argument_name(param)}]")
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """Arguments by name and help (no ``<str>``), then the options with their metavars."""
+        params = self.get_params(ctx)
+        arguments = [(_argument_name(p), getattr(p, "help", None) or "") for p in params
+                     if p.param_type_name == "argument"]
+        options = [r for p in params if p.param_type_name == "option" and (r := p.get_help_record(ctx))]
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _argument_name(param: Any) -> str:
+    return param.metavar or param.name.upper()
+
+
+def command(short_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a verb on :data:`app` (with its one-line summary for ``ligerkit --help``)."""
+    return app.command(cls=_Command, short_help=short_help)
+
 
 _TRUE = {"on", "true", "1", "yes"}
 _FALSE = {"off", "false", "0", "no"}
@@ -82,11 +138,17 @@ def run(body: Callable[[], None]) -> None:
     try:
         body()
     except LigerKitError as exc:
-        err.print(f"[bold red]error[/]: {type(exc).__name__}: {exc}", soft_wrap=True)
-        raise typer.Exit(getattr(exc, "exit_code", 1)) from None
+        fail(exc)
     except KeyboardInterrupt:
         err.print("stopped at once (a second signal); the newest complete checkpoint, if any, is where to resume")
         raise typer.Exit(130) from None
+
+
+def fail(exc: LigerKitError) -> NoReturn:
+    """Exit 1 (or the error's own exit code) with the error's type and message on stderr."""
+    err.print(f"[bold red]error[/]: {type(exc).__name__}: ", end="")
+    err.print(str(exc), markup=False, soft_wrap=True)
+    raise typer.Exit(getattr(exc, "exit_code", 1)) from None
 
 
 def emit_json(data: Any) -> None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from ligerkit.cli.common import (
     JsonOpt,
-    app,
+    command,
     emit_json,
     err,
     non_empty,
@@ -20,47 +20,45 @@ from ligerkit.cli.common import (
     render_scan,
     require_gpu,
     run,
+    set_option,
 )
 from ligerkit.errors import InvalidOptionError
 
-@app.command()
+
+@command("Liger's families: helpers, modules and defaults.")
 def families(as_json: JsonOpt = False) -> None:
-    """List every family in Liger's registry: helper, accepted modules and Liger's defaults."""
-    from ligerkit.kit.families import all_families
+    """List every family in Liger's registry, by name: its helper, the modules it accepts, and the
+    default of each, Liger's and ligerkit's (which keeps the loss kernels off unless asked for).
+
+    The registry is read once per liger-kernel version and cached, in $LIGERKIT_CACHE_DIR, else
+    $XDG_CACHE_HOME/ligerkit or ~/.cache/ligerkit (a folder that cannot be written is skipped).
+    """
+    from ligerkit.cli.families_view import json_rows, registry_view, text_lines
 
     def body() -> None:
-        rows = [
-            {"family": f.name, "helper": f.helper.__name__, "modules": dict(f.defaults),
-             "modeling_modules": list(f.modeling_modules)}
-            for f in all_families().values()
-        ]
+        view = registry_view()
         if as_json:
-            emit_json(rows)
+            emit_json(json_rows(view))
             return
-        table = Table(title=f"Liger families ({len(rows)})", title_justify="left")
-        for col in ("family", "helper", "modules (Liger default)"):
-            table.add_column(col)
-        for row in rows:
-            mods = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in row["modules"].items())
-            table.add_row(row["family"], row["helper"], mods)
-        out.print(table)
+        sys.stdout.write("\n".join(text_lines(view, shutil.get_terminal_size((80, 24)).columns)) + "\n")
 
     run(body)
 
 
-@app.command()
+@command("Apply, build on the meta device, verify, report, revert.")
 def plan(
-    family: Annotated[str | None, typer.Option("--family", help="Liger family (model_type), e.g. qwen3.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Local model/config directory.")] = None,
-    modules: Annotated[str, typer.Option(help="'auto' or name=on|off pairs, e.g. rope=on,swiglu=off.")] = "auto",
-    exclude: Annotated[
-        str | None, typer.Option(help="Modules kept off (comma-separated; 'none' for none). Default: loss kernels.")
-    ] = None,
+    family: Annotated[str | None, typer.Option("--family", metavar="FAMILY",
+                                               help="Liger family (model_type), e.g. qwen3.")] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="PATH", help="Local model/config directory.")] = None,
+    modules: Annotated[str, typer.Option(metavar="SELECTION",
+                                         help="'auto' or name=on|off pairs, e.g. rope=on,swiglu=off.")] = "auto",
+    exclude: Annotated[str | None, typer.Option(
+        metavar="NAMES", help="Modules kept off (comma-separated; 'none' for none). Default: the loss kernels.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Apply, build the model on the meta device, verify the swaps reached it, print the report, revert.
 
-    With no options it plans the built-in default: a small Qwen3.
+    With no options it plans the built-in default: a small Qwen3. Each option may be given once.
     """
     from ligerkit.plan import plan as run_plan
 
@@ -81,11 +79,14 @@ def plan(
     run(body)
 
 
-@app.command()
+@command("Probe a modeling module's symbols; print the verified map.")
 def suggest(
-    module: Annotated[str, typer.Argument(help="Modeling module (dotted name) or .py file, e.g. a vendored copy.")],
-    config: Annotated[str | None, typer.Option(help="Config class (pkg.Class or pkg.module:Class) or JSON file.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override, e.g. --set mlp_bias=true.")] = None,
+    module: Annotated[str, typer.Argument(metavar="MODULE",
+                                          help="Modeling module (dotted name) or .py file, e.g. a vendored copy.")],
+    config: Annotated[str | None, typer.Option(metavar="CLASS_OR_JSON", help="Config class (pkg.Class or "
+                                               "pkg.module:Class) or a JSON file of config values.")] = None,
+    set_: Annotated[list[str] | None, set_option("Config override (a key the config has)",
+                                                  "--set mlp_bias=true --set hidden_act=silu")] = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="Then prove the printed map on a CUDA GPU: per-parameter "
                                                     "gradients of a small model of the module, Liger on vs off, "
                                                     "against float32.")] = False,
@@ -99,6 +100,11 @@ def suggest(
     of the module: where another consumer shares what it writes, the out-of-place twin is printed, or
     the symbol is left off. With --gpu, the map is then applied on a GPU and every parameter's gradient
     is compared against an unpatched bfloat16 and a float32 run (exit 1 on failure, 3 without a GPU).
+
+    When one of Liger's family helpers already patches the module (transformers' own modeling
+    files), the output names it: the official route is the one for those models, and the map is
+    for vendored copies. A config key or --set the config does not have, a key a candidate needs
+    and the config lacks, and a module with nothing to probe are errors (exit 1).
     """
     from ligerkit.train.config import parse_override
     from ligerkit.suggest import suggest as run_suggest
@@ -117,6 +123,10 @@ def suggest(
             if grads is not None and not grads.passed:
                 raise typer.Exit(1)
             return
+        from rich.table import Table
+
+        if result.official is not None:
+            out.print(f"official helper: {result.official.advice()}\n", markup=False)
         table = Table(title=f"{result.module} (config: {result.config})", title_justify="left")
         for col in ("symbol", "kind", "verdict", "replacement", "reason"):
             table.add_column(col, overflow="fold")
@@ -133,20 +143,29 @@ def suggest(
     run(body)
 
 
-@app.command()
+@command("Check a recipe on the CPU: files, configs, plan + meta build.")
 def check(
-    recipe_dir: Annotated[str, typer.Argument(help="Recipe folder (default: the composite VLM example).")] = "recipes/composite_vlm",
+    recipe: Annotated[str | None, typer.Argument(
+        metavar="RECIPE", help="Recipe folder, or the name of a shipped recipe (qwen3, recipes/qwen3); default: "
+                                 "the shipped composite_vlm example.", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a recipe on the CPU: structure, every config, plan + meta-device build + verify.
 
-    Exit code 1, with every reason, when anything is wrong.
+    Works from any folder: a name that is not a folder here is looked up among the recipes shipped
+    with this checkout. Each step is announced on stderr as it starts (a check takes tens of
+    seconds). Exit code 1, with every reason, when anything is wrong.
     """
-    from ligerkit.kit.report import render_report
-    from ligerkit.proof.check import check_recipe
+
+    def progress(line: str) -> None:
+        err.print(f"check {line}", markup=False, highlight=False, soft_wrap=True)
 
     def body() -> None:
-        result = check_recipe(recipe_dir)
+        err.print("check: importing torch, transformers and the kit", markup=False, highlight=False)
+        from ligerkit.kit.report import render_report
+        from ligerkit.proof.check import check_recipe
+
+        result = check_recipe(recipe, progress)
         if as_json:
             emit_json(result.to_dict())
         else:

@@ -8,7 +8,7 @@ import typer
 
 from ligerkit.cli.common import (
     JsonOpt,
-    app,
+    command,
     emit_json,
     err,
     log_to_stderr,
@@ -16,18 +16,23 @@ from ligerkit.cli.common import (
     render_scan,
     require_gpu,
     run,
+    set_option,
     tolerance,
 )
 
-@app.command()
+_ALL_ARMS = "eager,liger,liger_fused,compile,liger_compile,compile_fused"
+
+
+@command("Train a recipe config (Liger as the config says).")
 def train(
     config: Annotated[str | None, typer.Argument(
+        metavar="CONFIG",
         help="A recipe config (recipes/qwen3/configs/cpu.yaml), or a recipe folder (its configs/gpu.yaml on a GPU "
-             "machine, configs/cpu.yaml elsewhere). Optional with --resume.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config key; repeat it for several, "
-                                                               "e.g. --set train.steps=5 --set train.lr=1e-3.")] = None,
-    resume: Annotated[str | None, typer.Option("--resume", help="Continue the run in this folder from its newest "
-                                                              "complete checkpoint.")] = None,
+             "machine, configs/cpu.yaml elsewhere). Optional with --resume.", show_default=False)] = None,
+    set_: Annotated[list[str] | None, set_option("Override a config key",
+                                                  "--set train.steps=5 --set train.lr=1e-3")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", metavar="RUN_DIR", help="Continue the run in this folder "
+                                                              "from its newest complete checkpoint.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a recipe config (Liger as the config says; under torchrun for several GPUs).
@@ -88,16 +93,18 @@ def _train_config(config: str | None, resume: str | None) -> str:
     return str(config_of(config, gpu=accelerator() is not None))
 
 
-@app.command()
+@command("GPU: per-parameter gradients, then loss curves, Liger off/on.")
 def smoke(
-    target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
-    steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for both arms.")] = None,
-    nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
-    grad_factor: Annotated[float, typer.Option(help="Gradient check: a tensor fails when its relative error "
-                                                   "against float32 exceeds this x eager's + --grad-slack.")] = 2.0,
-    grad_slack: Annotated[float, typer.Option(help="Gradient check: added to the bound.")] = 0.01,
-    out_dir: Annotated[str, typer.Option("--out", help="Folder for smoke.json and smoke.png.")] = "runs/smoke",
+    target: Annotated[str, typer.Argument(metavar="RECIPE_OR_CONFIG",
+                                          help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
+    steps: Annotated[int, typer.Option(metavar="N", help="Training steps per arm.")] = 20,
+    set_: Annotated[list[str] | None, set_option("Config override for both arms", "--set train.lr=1e-4")] = None,
+    nproc: Annotated[int, typer.Option(metavar="N", help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    grad_factor: Annotated[float, typer.Option(metavar="X", help="Gradient check: a tensor fails when its relative "
+                                               "error against float32 exceeds this x eager's + --grad-slack.")] = 2.0,
+    grad_slack: Annotated[float, typer.Option(metavar="X", help="Gradient check: added to the bound.")] = 0.01,
+    out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for smoke.json and smoke.png.")
+                       ] = "runs/smoke",
     as_json: JsonOpt = False,
 ) -> None:
     """Prove Liger on a recipe: step-1 gradients per parameter, then the loss curve, Liger off vs on.
@@ -143,18 +150,21 @@ def smoke(
     run(body)
 
 
-@app.command()
+@command("GPU: tokens/s, memory and MFU per arm, against eager.")
 def bench(
-    target: Annotated[str, typer.Argument(help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
+    target: Annotated[str, typer.Argument(metavar="RECIPE_OR_CONFIG",
+                                          help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
     arms: Annotated[str, typer.Option(
+        metavar="NAMES", show_default=False,
         help="Comma-separated, from: eager (Liger off), liger (kernel swaps), liger_fused (swaps + fused loss), "
              "compile (torch.compile per decoder layer), liger_compile (swaps + compile), compile_fused "
-             "(compile + fused loss, no swaps).")] = "eager,liger,liger_fused,compile,liger_compile,compile_fused",
-    steps: Annotated[int, typer.Option(help="Training steps per arm.")] = 20,
-    warmup: Annotated[int, typer.Option(help="First steps excluded from timing.")] = 5,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Config override for every arm.")] = None,
-    nproc: Annotated[int, typer.Option(help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
-    out_dir: Annotated[str, typer.Option("--out", help="Folder for bench.json and bench.md.")] = "runs/bench",
+             "(compile + fused loss, no swaps). Default: all six.")] = _ALL_ARMS,
+    steps: Annotated[int, typer.Option(metavar="N", help="Training steps per arm.")] = 20,
+    warmup: Annotated[int, typer.Option(metavar="N", help="First steps excluded from timing.")] = 5,
+    set_: Annotated[list[str] | None, set_option("Config override for every arm", "--set data.seq_len=1024")] = None,
+    nproc: Annotated[int, typer.Option(metavar="N", help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json and bench.md.")
+                       ] = "runs/bench",
     as_json: JsonOpt = False,
 ) -> None:
     """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager.

@@ -163,15 +163,31 @@ class LigerKernelKit:
 
         Build *and* use the model inside the block: leaving it reverts the swaps.
         """
+        with self._undone_after(always=True):
+            yield self.apply(*args, **kwargs)
+
+    @contextmanager
+    def undone_on_error(self) -> Iterator[None]:
+        """Everything applied inside the block is reverted if the block raises (anything, even
+        ``KeyboardInterrupt``); what was applied before it stays. For "apply, then build" steps that
+        must leave no half-done state when the build fails."""
+        with self._undone_after(always=False):
+            yield
+
+    @contextmanager
+    def _undone_after(self, always: bool) -> Iterator[None]:
         keep = len(self._ledger.entries)
         apps = len(self._applications)
+        failed = True
         try:
-            yield self.apply(*args, **kwargs)
+            yield
+            failed = False
         finally:
-            try:
-                self._reverted += self._ledger.revert(keep)
-            finally:
-                del self._applications[apps:]
+            if always or failed:
+                try:
+                    self._reverted += self._ledger.revert(keep)
+                finally:
+                    del self._applications[apps:]
 
     def verify(self, model: Any, strict: bool = True) -> ScanResult:
         """Scan a built model and guard it until its first forward.

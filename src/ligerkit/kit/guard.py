@@ -14,6 +14,7 @@ error there says nothing about why); the check repeats until a forward passes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,27 @@ def unwrapped(obj: object) -> Iterator[object]:
         yield obj
         obj = (getattr(obj, "__wrapped__", None) or getattr(obj, "__func__", None)
                or getattr(obj, "func", None))
+
+
+def defined_at(obj: object) -> str:
+    """Where a callable's code really lives (``functools.wraps`` copies the wrapped one's name)."""
+    func = getattr(obj, "__func__", obj)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return qualified_name(obj)
+    where = _short_path(code.co_filename)
+    wrapped = getattr(func, "__wrapped__", None)
+    return f"{code.co_qualname} ({where}:{code.co_firstlineno})" + (
+        f", which wraps {qualified_name(wrapped)}" if wrapped is not None else "")
+
+
+def _short_path(filename: str) -> str:
+    """A source file as a reader finds it: inside site-packages, else relative to the working directory."""
+    path = filename.replace("\\", "/")
+    if "site-packages/" in path:
+        return path.rsplit("site-packages/", 1)[1]
+    here = os.getcwd().replace("\\", "/").rstrip("/") + "/"
+    return path[len(here):] if path.startswith(here) else path
 
 
 def is_liger(obj: object) -> bool:
@@ -134,7 +156,7 @@ class FirstForwardGuard:
                     problems.append(f"{where} is bound to {qualified_name(value)} on the instance")
                     hint = hint or (_LOSS_FORWARD_HINT if attr == "forward" and not path else _HELPER_HINT)
                 elif attr == "forward":
-                    self._wrapper(f"{where} wrapped by {qualified_name(value)}")
+                    self._wrapper(f"{where} wrapped by {defined_at(value)}")
         added = sorted(path or "model" for path, cls in liger_instances(model) - self.instances)
         if added:
             problems.append(f"Liger modules the kit did not build appeared at {', '.join(added[:5])}")

@@ -1,10 +1,14 @@
 """``ligerkit check RECIPE_DIR``: structure, every config, plan + meta build + verify. CPU only.
 
-Every problem is collected (not only the first), so one run tells the user all that is wrong.
+Every problem is collected (not only the first), so one run tells the user all that is wrong. A
+recipe is a folder, or the name of a recipe shipped in this checkout (``qwen3``), so ``check``
+works from any folder; each step is announced as it starts, since a check takes tens of seconds.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +17,7 @@ import torch
 
 from ligerkit.train.config import load_recipe_config
 from ligerkit.train.config import RecipeConfig
-from ligerkit.train.loading import Recipe, load_recipe
+from ligerkit.train.loading import SHIPPED_RECIPES, Recipe, load_recipe
 from ligerkit.errors import LigerKitError
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult
@@ -61,30 +65,69 @@ class CheckResult:
         }
 
 
-def check_recipe(path: str | Path) -> CheckResult:
-    """Check a recipe folder without a GPU: files, configs, and the wiring of every config."""
-    root = Path(path).resolve()
+# What ``ligerkit check`` checks when given nothing.
+DEFAULT_RECIPE = "composite_vlm"
+
+
+def resolve_recipe(spec: str | Path | None) -> Path:
+    """The recipe folder ``spec`` names: a folder as given (relative to the working directory), else
+    a recipe shipped in this checkout (``qwen3`` or ``recipes/qwen3``); ``None`` is the default one.
+
+    A name that is neither comes back as given, and :func:`check_recipe` reports it.
+    """
+    path = Path(spec if spec is not None else DEFAULT_RECIPE)
+    if path.is_dir() or path.is_absolute():
+        return path.resolve()
+    parts = path.parts
+    shipped = SHIPPED_RECIPES / parts[-1] if len(parts) == 1 or parts[:-1] == ("recipes",) else None
+    if shipped is not None and shipped.is_dir():
+        return shipped
+    return path.resolve()
+
+
+def shipped_recipes() -> list[str]:
+    """Names of the recipes shipped in this checkout (folders with a ``configs/`` folder)."""
+    return sorted(p.parent.name for p in SHIPPED_RECIPES.glob("*/configs") if p.is_dir())
+
+
+def check_recipe(path: str | Path | None = None, progress: Callable[[str], None] | None = None) -> CheckResult:
+    """Check a recipe without a GPU: files, configs, and the wiring of every config.
+
+    ``path`` is resolved by :func:`resolve_recipe`; ``progress`` is called with one line as each step starts
+    and as each config ends.
+    """
+    say = progress or (lambda line: None)
+    root = resolve_recipe(path)
     result = CheckResult(recipe=root.name)
     if not root.is_dir():
-        result.problems.append(f"{root} is not a folder")
+        result.problems.append(
+            f"{path or DEFAULT_RECIPE} is not a recipe folder, nor a recipe shipped in {SHIPPED_RECIPES} "
+            f"({', '.join(shipped_recipes()) or 'none'}); give a folder or one of those names")
         return result
+    say(f"{root.name}: its files ({root})")
     result.problems += structure_problems(root)
+    say(f"{root.name}: importing its engine")
     try:
         recipe = load_recipe(root)
     except LigerKitError as exc:
         result.problems.append(str(exc))
         return result
-    for config_path in recipe.configs():
+    configs = recipe.configs()
+    for n, config_path in enumerate(configs, 1):
+        step, started = f"{root.name}: {config_path.name} ({n}/{len(configs)})", time.perf_counter()
+        say(f"{step}: loading it, then setting its model up on the meta device")
         try:
             config = load_recipe_config(config_path)
         except LigerKitError as exc:
             result.problems.append(str(exc))
+            say(f"{step}: does not load")
             continue
         plan = ConfigPlan(config_path.name, config.model.liger_kernel.enabled)
         result.plans.append(plan)
         problem = _plan_config(recipe, config, plan)
         if problem:
             result.problems.append(f"{config_path.name}: {problem}")
+        say(f"{step}: {'a problem (listed at the end)' if problem else 'ok'} in {time.perf_counter() - started:.1f} s")
     return result
 
 

@@ -18,8 +18,10 @@ from ligerkit.probe.aliasing import in_place_hazard
 from ligerkit.probe.catalog import Replacement, by_kind, twin
 from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
 from ligerkit.suggest.inputs import SuggestError, load_config, load_module
+from ligerkit.suggest.needs import check_config_keys
+from ligerkit.suggest.official import OfficialHelper, official_helper
 
-__all__ = ["Candidate", "SuggestError", "Suggestion", "load_config", "load_module", "suggest"]
+__all__ = ["Candidate", "OfficialHelper", "SuggestError", "Suggestion", "load_config", "load_module", "suggest"]
 
 _NORM = re.compile(r"Norm$")
 _MLP = re.compile(r"(MLP|FeedForward|FFN)$")
@@ -54,6 +56,7 @@ class Suggestion:
     candidates: list[Candidate]
     module_object: types.ModuleType | None = field(default=None, repr=False, compare=False)
     config_object: Any = field(default=None, repr=False, compare=False)
+    official: OfficialHelper | None = None  # the official route, when a Liger helper patches this module
 
     @property
     def matched(self) -> list[Candidate]:
@@ -83,8 +86,9 @@ class Suggestion:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"module": self.module, "config": self.config, "candidates": [c.to_dict() for c in self.candidates],
-                "custom_patches": self.patches_code()}
+        return {"module": self.module, "config": self.config,
+                "official_helper": self.official.to_dict() if self.official else None,
+                "candidates": [c.to_dict() for c in self.candidates], "custom_patches": self.patches_code()}
 
 
 def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
@@ -188,10 +192,17 @@ def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, 
 def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None) -> Suggestion:
     """Probe every candidate symbol of a modeling module; see the module docstring."""
     module = load_module(module_spec)
+    found = discover(module)
+    if not found:
+        raise SuggestError(
+            f"nothing to probe in {module.__name__}: it defines no class named *Norm, *MLP, *FeedForward or *FFN "
+            "and no apply_rotary_pos_emb / apply_multimodal_rotary_pos_emb function (names it imports are not "
+            "probed: point suggest at the module that defines them)")
     config = load_config(config_spec, module, overrides)
+    check_config_keys(found, module, config, config_spec)
     built = _build(config)
     candidates = []
-    for name, obj, kind in discover(module):
+    for name, obj, kind in found:
         results = []
         problem = _layout_problem(obj, built, config) if isinstance(obj, type) else None
         if problem:
@@ -214,5 +225,5 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
                 reason = "; ".join(f"not {r.replacement}: {r.reasons[0]}" for r in results)
             candidates.append(Candidate(name, kind, "leave_off", None, reason + _config_terms(obj, config),
                                         None, results))
-    label = type(config).__name__ if config is not None else "none"
-    return Suggestion(module.__name__, label, candidates, module, config)
+    label = "none" if config is None else config_spec if isinstance(config, types.SimpleNamespace) else type(config).__name__
+    return Suggestion(module.__name__, label, candidates, module, config, official_helper(module.__name__))

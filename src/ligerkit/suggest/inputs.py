@@ -6,13 +6,20 @@ import difflib
 import importlib
 import inspect
 import json
+import re
 import sys
 import types
+import typing
 from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import LigerKitError
 from ligerkit.hf import config_class_of, small_config
+from ligerkit.probe.catalog import CATALOG
+
+_MODEL_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "Model")
+_CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
+_CONFIG_GETATTR = re.compile(r"getattr\(\s*(?:self\.)?config\s*,\s*[\"'](\w+)[\"']")
 
 
 class SuggestError(LigerKitError):
@@ -45,15 +52,21 @@ def load_module(spec: str) -> types.ModuleType:
 def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str, Any] | None = None) -> Any:
     """A small config: ``pkg.Class`` / ``pkg.module:Class``, a JSON file, or the module's own config class.
 
-    A JSON file without ``model_type`` fills the module's own config class. ``overrides`` (and JSON
-    keys) the config class does not know are errors, with close matches.
+    A JSON file without ``model_type`` fills the module's own config class (:func:`config_class_for`);
+    ``overrides`` (and such JSON keys) the config class does not know are errors, with close matches.
     """
     overrides = overrides or {}
     if spec is None:
-        cls = config_class_of(module)
+        cls = config_class_for(module)
         if cls is None:
             _check_options(None, overrides)
-        return _small(cls, overrides) if cls is not None else None
+            return None
+        if cls is config_class_of(module) or overrides:
+            return _small(cls, overrides)
+        try:  # a config class found by annotation: used at small dimensions when they fit it
+            return small_config(cls)
+        except ValueError:
+            return None
     if spec.endswith(".json"):
         return _json_config(Path(spec), module, overrides)
     module_name, _, attr = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
@@ -68,6 +81,40 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
     return _small(cls, overrides)
 
 
+def config_class_for(module: types.ModuleType) -> type | None:
+    """The config class the module's models take: their ``config_class``, else the class their constructors'
+    ``config`` argument is annotated with, else the one ``PretrainedConfig`` subclass the module holds."""
+    cls = config_class_of(module)
+    if cls is not None:
+        return cls
+    own = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
+    own.sort(key=lambda c: next((i for i, end in enumerate(_MODEL_SUFFIXES) if c.__name__.endswith(end)), 9))
+    for candidate in own:
+        annotated = _config_annotation(candidate, module)
+        if annotated is not None:
+            return annotated
+    from transformers import PretrainedConfig
+
+    held = {v for v in vars(module).values() if isinstance(v, type) and issubclass(v, PretrainedConfig)
+            and v is not PretrainedConfig}
+    return held.pop() if len(held) == 1 else None
+
+
+def _config_annotation(cls: type, module: types.ModuleType) -> type | None:
+    """The class ``cls.__init__``'s ``config`` argument is annotated with (``X``, ``"X"`` or ``X | None``)."""
+    init = vars(cls).get("__init__")
+    if init is None or "config" not in inspect.signature(init).parameters:
+        return None
+    try:
+        hint = typing.get_type_hints(init, globalns=vars(module)).get("config")
+    except Exception:  # an annotation that does not resolve here
+        return None
+    options = [hint] if isinstance(hint, type) else list(typing.get_args(hint))
+    found = [t for t in options if isinstance(t, type) and t is not type(None)
+             and t.__name__ not in ("PretrainedConfig", "PreTrainedConfig")]
+    return found[0] if len(found) == 1 else None
+
+
 def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]) -> Any:
     if not path.is_file():
         raise SuggestError(f"--config {path}: no such JSON file")
@@ -77,22 +124,63 @@ def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]
         raise SuggestError(f"--config {path} is not readable JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise SuggestError(f"--config {path} holds a JSON {type(data).__name__}; it must be an object of config values")
-    data = {**data, **overrides}
     if "model_type" in data:
-        from transformers import AutoConfig
-
-        try:
-            return AutoConfig.for_model(**data)
-        except Exception as exc:
-            raise SuggestError(f"--config {path}: transformers cannot make a config from it ({exc})") from exc
-    cls = config_class_of(module)
+        return _auto_config({**data, **overrides}, path, overrides)
+    cls = config_class_for(module)
+    data = {**data, **overrides}
     if cls is None:
+        _check_used(data, module, path)
         return types.SimpleNamespace(**data)
     _check_options(cls, data)
+    missing = [p.name for p in inspect.signature(cls).parameters.values()
+               if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               and p.name not in data]
+    if missing:
+        raise SuggestError(f"--config {path}: {cls.__name__} needs {', '.join(missing)}; add "
+                           f"{'it' if len(missing) == 1 else 'them'} to the file (or --set {missing[0]}=VALUE)")
     try:
         return cls(**data)
     except Exception as exc:
         raise SuggestError(f"--config {path}: {cls.__name__} does not take these values ({exc})") from exc
+
+
+def _auto_config(data: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Any:
+    """A transformers config from a JSON with a ``model_type`` (its own keys as they are, ``--set`` keys checked)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING.get(data["model_type"]) if isinstance(data["model_type"], str) else None
+    if cls is None:
+        raise SuggestError(f"--config {path}: model_type {data['model_type']!r} is not one transformers knows")
+    _check_options(cls, overrides)
+    try:
+        return AutoConfig.for_model(**data)
+    except Exception as exc:
+        raise SuggestError(f"--config {path}: transformers cannot make a config from it ({exc})") from exc
+
+
+def _check_used(data: dict[str, Any], module: types.ModuleType, path: Path) -> None:
+    """Without a config class, a key must be one the module (or a Liger replacement) reads from its config."""
+    used = config_reads(module)
+    for entry in CATALOG:
+        if isinstance(entry.obj, type):
+            used |= config_reads(entry.obj)
+    unknown = [key for key in data if key not in used]
+    if unknown:
+        hints = [key + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, used, n=1)) else "")
+                 for key in unknown]
+        raise SuggestError(f"--config {path}: {module.__name__} and Liger's replacements never read config."
+                           f"{', config.'.join(hints)}; remove {'it' if len(unknown) == 1 else 'them'} (read: "
+                           f"{', '.join(sorted(used)) or 'nothing'})")
+
+
+def config_reads(obj: object) -> set[str]:
+    """Config attributes ``obj``'s source reads (``config.x``, ``getattr(config, "x", ...)``)."""
+    try:
+        source = inspect.getsource(obj)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return set()
+    return set(_CONFIG_READ.findall(source)) | set(_CONFIG_GETATTR.findall(source))
 
 
 def _known_options(cls: type) -> set[str]:
