@@ -188,19 +188,25 @@ def main() -> None:
     shape = _common.TINY if args.tiny else _common.QWEN3_06B
     ckpt = _common.checkpoint(work / "ckpt", shape, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     print(f"checkpoint written: {ckpt}", flush=True)
-    runs = {name: run_arm(name, ckpt, args, work) for name in ARMS}
-    speed = {}
+    result: dict[str, Any] = {"shape": shape, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len,
+                              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+                              "speed": {}, "grads": {}, "runs": {}}
+
+    def save() -> None:  # after every stage: a run cut short keeps what it measured
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+    runs = result["runs"]
     for name in ARMS:
+        runs[name] = run_arm(name, ckpt, args, work)
         if not name.endswith("_off"):
             base = name.split("_")[0] + "_off"
-            speed[name] = {"vs": base, **compare(runs[base], runs[name])}
+            result["speed"][name] = {"vs": base, **compare(runs[base], runs[name])}
+        save()
     grad_args = argparse.Namespace(**{**vars(args), "seq_len": args.grad_seq_len, "batch": 2})
-    grads = {kind: grad_parity(kind, ckpt, grad_args, work) for kind in ("hf", "trl")}
-    result = {"shape": shape, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len,
-              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-              "speed": speed, "grads": grads, "runs": runs}
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(markdown(result) if args.markdown else json.dumps({"speed": speed, "grads": grads}, indent=2))
+    for kind in ("hf", "trl"):
+        result["grads"][kind] = grad_parity(kind, ckpt, grad_args, work)
+        save()
+    print(markdown(result) if args.markdown else json.dumps({k: result[k] for k in ("speed", "grads")}, indent=2))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The ``qwen3`` recipe at its GPU config (Qwen3-0.6B shape, batch 4 x 4096, Liger on, deterministic
 kernels so the same command repeats bit for bit), three processes: ``whole`` trains ``--steps``
-steps; ``cut`` trains the same with a checkpoint every ``--every`` steps and stops after ``--stop``
-steps (exit 75, resumable); ``resumed`` continues ``cut`` from its newest checkpoint. Under torchrun
+steps without checkpoints; ``cut`` trains the same with a checkpoint every ``--every`` steps and
+stops after ``--stop`` steps (exit 75, resumable, a checkpoint written at the stop); ``resumed``
+continues ``cut`` from its newest checkpoint. Under torchrun
 (``--nproc 2``) the checkpoint is sharded by FSDP2 (each rank writes its shards).
 
     python benchmarks/resume_gpu.py --out resume.json [--nproc 2] [--config CONFIG]
@@ -24,18 +25,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--every", type=int, default=3)
-    parser.add_argument("--stop", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--every", type=int, default=4)
+    parser.add_argument("--stop", type=int, default=6)
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--config", default=str(ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml"),
                         help="the recipe config to run (a CPU config checks this script without a GPU)")
     args = parser.parse_args()
     config = Path(args.config)
     work = Path(tempfile.mkdtemp(prefix="resume_"))
-    base = [f"train.steps={args.steps}", "train.deterministic=true", "train.progress=false",
-            f"train.checkpoint_every={args.every}", "train.keep_checkpoints=1"]
-    whole = run_arm(config, [*base, f"train.output_dir={work / 'whole'}"], nproc=args.nproc)
+    plain = [f"train.steps={args.steps}", "train.deterministic=true", "train.progress=false"]
+    base = [*plain, f"train.checkpoint_every={args.every}", "train.keep_checkpoints=1"]
+    whole = run_arm(config, [*plain, f"train.output_dir={work / 'whole'}"], nproc=args.nproc)
     try:
         run_arm(config, [*base, f"train.output_dir={work / 'cut'}", f"train.stop_after_steps={args.stop}"],
                 nproc=args.nproc)
