@@ -262,3 +262,24 @@ def test_token_loss_refuses_a_model_whose_logits_are_not_its_head_applied_to_its
         token_loss(scaled, batch, path="fused")
     with pytest.raises(InvalidOptionError, match="labels"):
         token_loss(model, {"input_ids": batch["input_ids"]})
+
+
+def test_the_callback_refuses_torch_compile_over_kernels_not_applied_in_compile_mode(ckpt, tmp_path):
+    from transformers import Trainer
+
+    from ligerkit.integrations import LigerKitCallback
+
+    model = load_model(ckpt)
+    try:
+        with pytest.raises(TrainerConflictError, match="compile=True"):
+            Trainer(model=model, args=_trainer_args(tmp_path, torch_compile=True), train_dataset=common.samples(8, 16),
+                    data_collator=common.collate, callbacks=[LigerKitCallback()])
+    finally:
+        model.ligerkit.kit.revert()
+    model = load_model(ckpt, compile=True)
+    try:
+        assert all(a.compile for a in model.ligerkit.report.applications)
+        Trainer(model=model, args=_trainer_args(tmp_path, torch_compile=True), train_dataset=common.samples(8, 16),
+                data_collator=common.collate, callbacks=[LigerKitCallback()])
+    finally:
+        model.ligerkit.kit.revert()

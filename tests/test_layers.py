@@ -1,6 +1,6 @@
 """The package's shape: imports point one way, modules stay small, every public definition is documented.
 
-Layers, lowest first: errors/environment/naming -> hf -> probe -> kit -> loss, suggest, plan ->
+Layers, lowest first: errors/environment/naming -> hf -> probe, compile -> kit -> loss, suggest, plan ->
 train -> proof -> cli. A module may import its own layer or lower ones, at the top of the file or
 inside a function (lazy imports are for start-up time, never for hiding a cycle).
 """
@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ligerkit"
 LAYERS = {
     "ligerkit": 0, "ligerkit.errors": 0, "ligerkit.environment": 0, "ligerkit.naming": 0,
     "ligerkit.hf": 1,
-    "ligerkit.probe": 2,
+    "ligerkit.probe": 2, "ligerkit.compile": 2,
     "ligerkit.kit": 3,
     "ligerkit.loss": 4, "ligerkit.suggest": 4, "ligerkit.plan": 4,
     "ligerkit.train": 5, "ligerkit.engine": 5,

@@ -103,6 +103,82 @@ def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):
     assert json.loads(files[0].read_text())["arms"]["eager"]["tokens_per_s"] == 100.0
 
 
+def _arm_of(overrides):
+    """The arm a bench process runs (the bench passes train.arm=<arm>)."""
+    return [o for o in overrides if o.startswith("train.arm=")][-1].partition("=")[2]
+
+
+def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(tmp_path):
+    from dataclasses import dataclass
+
+    speed = {"eager": 100.0, "liger": 150.0, "liger_fused": 160.0, "liger_compile_fused": 200.0}
+
+    def make(overrides):
+        arm = _arm_of(overrides)
+        assert overrides[-len(B.ARMS[arm]) - 3:-3] == list(B.ARMS[arm])  # the arm's lines, after the user's
+        return run([1.0, 0.9, 0.8], [1.0] * 3, [speed[arm]] * 3, 10.0)
+
+    @dataclass
+    class Grads:
+        errors: dict
+        changed: tuple = ()
+
+    asked = []
+
+    def gradients(names):
+        asked.append(list(names))
+        # the fastest arm writes twice eager's error + more than the slack: it fails its gradients
+        errors = {"compile": 0.02, "liger_compile_fused": 0.2}
+        return {"float32": Grads({"w": 0.0}), **{n: Grads({"w": errors.get(n, 0.01)}) for n in names}}
+
+    runner = FakeRunner(make)
+    result = B.bench(GPU_CONFIG, B.parse_arms("liger,liger_fused,liger_compile_fused"), steps=3, warmup=1,
+                     overrides=["train.lr=0.001"], runner=runner, gradients=gradients)
+    assert [_arm_of(c[1]) for c in runner.calls] == ["eager", "liger", "liger_fused", "liger_compile_fused"]
+    assert all(c[1][0] == "train.lr=0.001" for c in runner.calls)
+    assert asked == [["eager", "compile", "liger", "liger_fused", "liger_compile_fused"]]  # compile: the reference
+    pick = result["recommendation"]
+    assert pick["arm"] == "liger_fused" and pick["grads_checked"] is True
+    assert pick["config_lines"] == ["train.arm: liger_fused"]
+    assert pick["equivalent_lines"] == ["model.liger_kernel.enabled: true", "train.loss.path: fused",
+                                        "train.compile: false"]
+    assert pick["verdicts"]["liger_compile_fused"]["grads_ok"] is False
+    assert result["gradients"]["arms"]["liger_compile_fused"]["reference"] == "compile"
+    record, table = B.write_outputs(result, tmp_path)
+    assert json.loads(record.read_text())["recommendation"] == pick
+    text = table.read_text()
+    assert "**Recommendation: liger_fused** (1.60x eager tokens/s)" in text and "`train.arm: liger_fused`" in text
+    assert "| liger_compile_fused | 2.00x | 0.0e+00 | pass | FAIL |" in text
+
+
+def test_bench_without_gradients_says_the_recommendation_used_the_loss_rule_only(tmp_path):
+    make = lambda overrides: run([1.0, 0.9], [1.0, 1.0], [200.0 if "liger" in _arm_of(overrides) else 100.0] * 2,  # noqa: E731
+                                 1.0)
+    result = B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
+                     loss_tolerance=1e-3)
+    assert result["gradients"] is None and result["loss_tolerance"] == 1e-3
+    assert result["recommendation"]["arm"] == "liger" and result["recommendation"]["grads_checked"] is False
+    _, table = B.write_outputs(result, tmp_path)
+    assert "Gradients were not checked (--no-grads): only the loss rule was applied." in table.read_text()
+    with pytest.raises(LigerKitError, match="--loss-tolerance"):
+        B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make), loss_tolerance=-1)
+
+
+def test_bench_help_shows_the_recommendation_options():
+    result = CliRunner().invoke(app, ["bench", "--help"], env={"COLUMNS": "80"})
+    text = " ".join(result.stdout.split())
+    assert result.exit_code == 0
+    for option in ("--loss-tolerance X", "--no-grads", "--grad-factor X", "--grad-slack X", "liger_compile_fused",
+                   "train.arm: NAME"):
+        assert option in text, option
+
+
+def test_bench_refuses_a_bad_loss_tolerance_before_looking_for_a_gpu(monkeypatch):
+    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    result = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--loss-tolerance", "nan"])
+    assert result.exit_code == 1 and "--loss-tolerance" in result.stderr
+
+
 def test_bench_rejects_unknown_arms_and_a_warmup_longer_than_the_run():
     with pytest.raises(LigerKitError, match="unknown arm"):
         B.parse_arms("eager,turbo")
@@ -137,13 +213,23 @@ def test_compile_flag_compiles_each_decoder_layer():
     assert model.model.layers[0]._compiled_call_impl is not None
 
 
-def test_compile_over_liger_kernel_swaps_is_opt_in():
+def test_compile_over_liger_kernel_swaps_needs_the_opt_in_only_without_compile_ops():
     from ligerkit.train.config import ConfigError, load_recipe_config
 
+    # the default: Liger's kernels run as compile operators, so compiling over the swaps needs no opt-in
+    config = load_recipe_config(GPU_CONFIG, ["train.compile=true"])
+    assert config.train.compile and config.train.liger_compile_ops and not config.train.compile_over_liger_kernels
+    inline = ["train.compile=true", "train.liger_compile_ops=false"]
     with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
-        load_recipe_config(GPU_CONFIG, ["train.compile=true"])
-    assert load_recipe_config(GPU_CONFIG, ["train.compile=true", "model.liger_kernel.enabled=false"]).train.compile
-    assert load_recipe_config(GPU_CONFIG, B.ARMS["liger_compile"]).train.compile_over_liger_kernels
+        load_recipe_config(GPU_CONFIG, inline)
+    assert load_recipe_config(GPU_CONFIG, [*inline, "train.compile_over_liger_kernels=true"]).train.compile
+    assert load_recipe_config(GPU_CONFIG, [*inline, "model.liger_kernel.enabled=false"]).train.compile
+    # the bench's liger_compile arm relies on the default, not on the opt-in
+    assert not any("compile_over_liger_kernels" in line for lines in B.ARMS.values() for line in lines)
+    liger_compile = load_recipe_config(GPU_CONFIG, B.ARMS["liger_compile"])
+    assert liger_compile.train.compile and liger_compile.model.liger_kernel.enabled
+    with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
+        load_recipe_config(GPU_CONFIG, [*B.ARMS["liger_compile"], "train.liger_compile_ops=false"])
     for arm, sets in B.ARMS.items():  # every bench arm is a valid config
         assert load_recipe_config(GPU_CONFIG, sets), arm
 

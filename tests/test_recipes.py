@@ -52,3 +52,25 @@ def test_liger_on_a_cpu_fails_before_building_anything(recipe):
     with pytest.raises(LigerNeedsAcceleratorError, match="model.liger_kernel.enabled=false"):
         engine.setup_model(torch.device("cpu"))
     assert built == [] and not engine.liger_kit.active
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_each_module_alone_applies_only_its_swaps(recipe):
+    """``model.liger_kernel.modules`` naming one key on applies that key's swaps and nothing else, on
+    every route a recipe wires (a composite recipe whose encoder map is then empty included)."""
+    config = recipe / "configs" / "gpu.yaml"
+    engine = load_engine(config, ["model.liger_kernel.enabled=true"])
+    try:
+        engine.prepare_model(torch.device("meta"))
+        keys = sorted(k for k, on in engine.liger_kit.report.modules.items() if on)
+    finally:
+        engine.liger_kit.revert()
+    assert keys
+    for key in keys:
+        only = "{" + ", ".join(f"{k}: {str(k == key).lower()}" for k in keys) + "}"
+        engine = load_engine(config, ["model.liger_kernel.enabled=true", f"model.liger_kernel.modules={only}"])
+        try:
+            engine.prepare_model(torch.device("meta"))
+            assert {s.name for s in engine.liger_kit.report.patched} == {key}
+        finally:
+            engine.liger_kit.revert()

@@ -179,3 +179,8 @@ class LigerNeedsAcceleratorError(LigerKitError):
 
 class TrainerConflictError(LigerKitError):
     """A trainer is set to apply Liger (or its own loss) over a model the kit already patched."""
+
+
+class CompileModeError(LigerKitError):
+    """Compile mode (``apply(..., compile=True)``) cannot route this Liger's kernels to ligerkit's
+    operators (a name it rebinds is missing from the installed liger-kernel)."""

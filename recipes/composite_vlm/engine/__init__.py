@@ -41,7 +41,9 @@ class CompositeVLMEngine(RecipeEngine):
         """Official Qwen3 for the LLM, the custom map for the encoder, then the model."""
         if self.liger_enabled:
             self.liger_kit.apply(**self.official_liger("qwen3"))
-            self.liger_kit.apply(**self.custom_liger(VISION_PATCHES, self.model_config().vision))
+            vision = self.custom_liger(VISION_PATCHES, self.model_config().vision)
+            if vision["custom_patches"]:  # model.liger_kernel.modules may turn every encoder entry off
+                self.liger_kit.apply(**vision)
         return self.build_model(device)
 
     def model_config(self) -> CompositeVLMConfig:

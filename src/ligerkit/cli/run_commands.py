@@ -20,7 +20,8 @@ from ligerkit.cli.common import (
     tolerance,
 )
 
-_ALL_ARMS = "eager,liger,liger_fused,compile,liger_compile,compile_fused"
+# ligerkit.train.arms.DEFAULT_ARMS, spelled out: importing it would import torch to show --help
+_ALL_ARMS = "eager,liger,liger_fused,compile,liger_compile,compile_fused,liger_compile_fused"
 
 
 @command("Train a recipe config (Liger as the config says).")
@@ -150,7 +151,7 @@ def smoke(
     run(body)
 
 
-@command("GPU: tokens/s, memory and MFU per arm, against eager.")
+@command("GPU: tokens/s, memory and MFU per arm, and the arm to train with.")
 def bench(
     target: Annotated[str, typer.Argument(metavar="RECIPE_OR_CONFIG",
                                           help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
@@ -158,42 +159,71 @@ def bench(
         metavar="NAMES", show_default=False,
         help="Comma-separated, from: eager (Liger off), liger (kernel swaps), liger_fused (swaps + fused loss), "
              "compile (torch.compile per decoder layer), liger_compile (swaps + compile), compile_fused "
-             "(compile + fused loss, no swaps). Default: all six.")] = _ALL_ARMS,
+             "(compile + fused loss, no swaps), liger_compile_fused (swaps + compile + fused loss). "
+             "Default: all seven.")] = _ALL_ARMS,
     steps: Annotated[int, typer.Option(metavar="N", help="Training steps per arm.")] = 20,
     warmup: Annotated[int, typer.Option(metavar="N", help="First steps excluded from timing.")] = 5,
     set_: Annotated[list[str] | None, set_option("Config override for every arm", "--set data.seq_len=1024")] = None,
     nproc: Annotated[int, typer.Option(metavar="N", help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
+    loss_tolerance: Annotated[float, typer.Option(
+        metavar="X", help="Recommendation: an arm's largest per-step loss difference from eager (absolute) "
+                          "may be at most this.")] = 1e-2,
+    no_grads: Annotated[bool, typer.Option(
+        "--no-grads", help="Skip the step-1 gradient check (the recommendation then uses the loss rule "
+                           "only, and says so).")] = False,
+    grad_factor: Annotated[float, typer.Option(metavar="X", help="Gradient check: a tensor fails when its relative "
+                                               "error against float32 exceeds this x its reference arm's "
+                                               "+ --grad-slack.")] = 2.0,
+    grad_slack: Annotated[float, typer.Option(metavar="X", help="Gradient check: added to the bound.")] = 0.01,
     out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json and bench.md.")
                        ] = "runs/bench",
     as_json: JsonOpt = False,
 ) -> None:
-    """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager.
+    """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager;
+    then the arm to train with.
 
-    Exit 3 (with a message) on a machine without a GPU.
+    After the arms, this process takes every arm's step-1 gradients on one GPU against a float32 run
+    (each parameter within GRAD_FACTOR x the reference arm's error + GRAD_SLACK; the reference is
+    eager, or compile for compiled arms). The recommendation, printed last and written to bench.json
+    and bench.md, is the fastest arm whose per-step loss stays within --loss-tolerance of eager's and
+    whose gradients pass, with the config lines that select it (train.arm: NAME). Each arm's run sets
+    train.arm to its own name, whatever the config says. Exit 3 (with a message) without a GPU.
     """
     from pathlib import Path
 
     from rich.progress import Progress
 
+    from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
     from ligerkit.proof.arms import default_runner, resolve_config
+    from ligerkit.proof.recommend import Recommendation
     from ligerkit.train.config import load_recipe_config
 
     def body() -> None:
         config = resolve_config(target)
         chosen = B.parse_arms(arms)
+        overrides = list(set_ or [])
         B.check_run_options(steps, warmup, nproc)
-        load_recipe_config(config, list(set_ or []))  # a bad config or --set is named before the GPU check
+        B.check_loss_tolerance(loss_tolerance)
+        grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
+        load_recipe_config(config, overrides)  # a bad config or --set is named before the GPU check
+        B.check_arm_configs(config, chosen, overrides, steps)
         require_gpu("bench")
+        import torch
+
+        gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"))
         with Progress(console=err, disable=as_json) as progress:
-            task = progress.add_task("bench arms", total=len(chosen))
-            result = B.bench(config, chosen, steps, warmup, list(set_ or []), default_runner(),
-                             on_arm=lambda arm: progress.advance(task), nproc=nproc)
+            task = progress.add_task("bench arms", total=len(chosen) + (gradients is not None))
+            result = B.bench(config, chosen, steps, warmup, overrides, default_runner(),
+                             on_arm=lambda arm: progress.advance(task), nproc=nproc,
+                             loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance)
         files = B.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)
         else:
             out.print(B.to_markdown(result), markup=False)
             out.print(f"wrote {', '.join(map(str, files))}", markup=False)
+            for line in Recommendation.from_dict(result["recommendation"]).lines():
+                out.print(line, markup=False, soft_wrap=True)
 
     run(body)

@@ -63,6 +63,7 @@ class LigerKitCallback(TrainerCallback):
                 "LigerKitCallback found no kit on the Trainer's model: build it with "
                 "ligerkit.integrations.load_model, or pass LigerKitCallback(attach(model, kit, kit.verify(model)))."
             )
+        refuse_inline_compile(args, self.handle.report)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Refuse a reverted kit; write the report before the first step."""
@@ -90,6 +91,19 @@ class LigerKitCallback(TrainerCallback):
             folder = Path(args.output_dir)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "ligerkit.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def refuse_inline_compile(args: Any, report: Any) -> None:
+    """Raise :class:`TrainerConflictError` for ``torch_compile=True`` over Liger kernels the kit did not
+    apply in compile mode (torch.compile would trace into Liger's functions: measured to overwrite norm
+    weights during backward)."""
+    if getattr(args, "torch_compile", False) and report.patched and not any(a.compile for a in report.applications):
+        raise TrainerConflictError(
+            "TrainingArguments(torch_compile=True) compiles a model whose Liger kernels were applied without "
+            "compile mode; traced inline they overwrote norm weights on an H200 (docs/benchmarks.md, compile over "
+            "Liger). Build it with load_model(..., compile=True), or kit.apply(..., compile=True), or drop "
+            "torch_compile."
+        )
 
 
 def refuse_fused_conflicts(args: Any, compute_loss_func: Any = None) -> None:

@@ -95,6 +95,7 @@ def load_model(
     weights: bool | None = None,
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
+    compile: bool = False,
     **model_kwargs: Any,
 ) -> nn.Module:
     """Apply Liger, build the model, scan it, and return it with ``model.ligerkit`` attached.
@@ -110,6 +111,8 @@ def load_model(
         weights: load the folder's weights (default: when the folder holds them) or build from the
             config with random initialization.
         dtype, device: where the model lives; ``model_kwargs`` go to ``from_pretrained``.
+        compile: you will ``torch.compile`` the model (or its layers): Liger's kernels then run as
+            ``ligerkit.compile`` operators (see :meth:`LigerKernelKit.apply`).
 
     Everything this call applied is reverted if building or scanning fails.
     """
@@ -139,10 +142,10 @@ def load_model(
     with kit.undone_on_error():
         if custom_patches is not None:
             kit.apply(model_family=model_family or config.model_type, custom_patches=custom_patches,
-                      excluded_modules=excluded_modules, config=config)
+                      excluded_modules=excluded_modules, config=config, compile=compile)
         else:
             kit.apply(model_family=model_family or config.model_type, modules=modules,
-                      excluded_modules=excluded_modules)
+                      excluded_modules=excluded_modules, compile=compile)
         model = _build(model_class or model_class_for(config), config, path if load_weights else None,
                        dtype, model_kwargs)
         if device is not None:

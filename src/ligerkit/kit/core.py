@@ -25,21 +25,24 @@ import sys
 import weakref
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
+from ligerkit.compile.table import left_to_inductor
 from ligerkit.environment import environment_gaps
 from ligerkit.errors import FamilyResolutionError, InvalidOptionError
 from ligerkit.hf import family_of, load_config
 from ligerkit.kit import arguments
+from ligerkit.kit.compile_mode import leave_custom_to_inductor, route_kernels
 from ligerkit.kit.custom import CustomPatches, apply_custom
 from ligerkit.kit.families import get_family
 from ligerkit.kit.guard import FirstForwardGuard, reverted_error
 from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.official import Modules, apply_official
-from ligerkit.kit.report import Application, LigerKernelReport
+from ligerkit.kit.report import ROUTE_CUSTOM, Application, LigerKernelReport
 from ligerkit.kit.scan import ScanResult, scan_model
 from ligerkit.naming import LOSS_MODULES
 from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_all, owners_of
@@ -70,6 +73,7 @@ class LigerKernelKit:
         config: Any = None,
         probe: bool = True,
         skip_probe: Collection[str] = (),
+        compile: bool = False,
     ) -> LigerKernelReport:
         """Patch before the model is built and return the measured report of this call.
 
@@ -92,6 +96,10 @@ class LigerKernelKit:
             probe: probe every custom patch's math against the source before swapping (default).
             skip_probe: custom_patches keys, attrs or ``module.attr`` whose probe is skipped (a
                 constructor the probe cannot handle); the report lists them as unprobed.
+            compile: the model will be ``torch.compile``d: Liger's classes then call their kernels
+                through ``ligerkit.compile`` operators (no graph breaks, nothing written in place), and
+                a module Inductor ran faster on the H200 (``ligerkit/compile/inductor_table.json``) is
+                left off unless named in ``modules``; the report says which.
 
         Raises:
             LigerKitError: a subclass per problem, with what to do in its message.
@@ -102,20 +110,45 @@ class LigerKernelKit:
         trust_remote_code = arguments.flag("trust_remote_code", trust_remote_code)
         skip, config = arguments.skip_list(skip_probe), arguments.probe_config(config)
         arguments.official_only(custom_patches is not None, config, probe, skip, modules)
-        if custom_patches is not None:
-            if config is None and path is not None:
-                config = load_config(path, trust_remote_code)
-            app = apply_custom(model_family, custom_patches, excluded, self._ledger, config, probe, skip)
-        else:
-            family = get_family(self._family_name(path, model_family, trust_remote_code))
-            already_on = self._turned_on(family.helper_name)
-            app = apply_official(family, modules, excluded, self._ledger, already_on, strict)
+        compile = arguments.flag("compile", compile)
+        wins = left_to_inductor() if compile else {}
+        keep = len(self._ledger.entries)
+        try:
+            if custom_patches is not None:
+                if config is None and path is not None:
+                    config = load_config(path, trust_remote_code)
+                app = self._apply_custom(model_family, custom_patches, excluded, config, probe, skip, wins)
+            else:
+                family = get_family(self._family_name(path, model_family, trust_remote_code))
+                already_on = self._turned_on(family.helper_name)
+                app = apply_official(family, modules, excluded, self._ledger, already_on, strict, wins)
+            if compile:
+                app = route_kernels(app, self._ledger)
+        except BaseException:
+            self._ledger.revert(keep)
+            raise
         self._applications.append(app)
         on = [name for name, enabled in app.modules.items() if enabled]
         log.info("applied the %s route for %s: %d swap(s), modules on: %s%s", app.route, app.family or "(unnamed)",
                  len(app.patched), ", ".join(on) or "none",
                  f"; left off: {', '.join(app.left_off)}" if app.left_off else "")
         return LigerKernelReport((app,), environment_gaps())
+
+    def _apply_custom(self, label: str | None, custom_patches: CustomPatches, excluded: Sequence[str], config: Any,
+                      probe: bool, skip: Collection[str], wins: dict[str, str]) -> Application:
+        """The custom route, with entries whose kernel Inductor wins left off (compile mode)."""
+        left: dict[str, str] = {}
+        if wins:
+            custom_patches, left = leave_custom_to_inductor(custom_patches, wins)
+            if not custom_patches:
+                return Application(route=ROUTE_CUSTOM, family=label, helper=None, modules=dict.fromkeys(left, False),
+                                   requested=dict.fromkeys(left, True), excluded=tuple(excluded), noop=(), patched=(),
+                                   left_off=left)
+        app = apply_custom(label, custom_patches, excluded, self._ledger, config, probe, skip)
+        if left:
+            app = replace(app, modules={**app.modules, **dict.fromkeys(left, False)},
+                          requested={**dict(app.requested), **dict.fromkeys(left, True)}, left_off={**app.left_off, **left})
+        return app
 
     @staticmethod
     def _family_name(

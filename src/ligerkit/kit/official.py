@@ -177,12 +177,15 @@ def apply_official(
     ledger: Ledger,
     already_on: frozenset[str],
     strict: bool = True,
+    left_to_inductor: Mapping[str, str] | None = None,
 ) -> Application:
     """Run the family's Liger helper, measured, recording every swap in ``ledger``.
 
     ``already_on`` holds modules an earlier apply on the same kit already turned on for this
     helper: they are not called again (Liger would find nothing left to swap).
+    ``left_to_inductor`` (compile mode) maps modules to leave off unless asked for by name, with why.
     """
+    left_to_inductor = left_to_inductor or {}
     effective, explicit, dropped = resolve_modules(family, modules, excluded, strict)
     keep = len(ledger.entries)
     noop: list[str] = []
@@ -195,6 +198,9 @@ def apply_official(
                 continue
             if name in already_on:
                 noop.append(name)
+                continue
+            if name in left_to_inductor and name not in explicit:
+                route.left_off[name] = left_to_inductor[name]
                 continue
             if route.run(name, {**off, name: True}, explicit=name in explicit) == 0 and name not in route.left_off:
                 if route.join(name) == 0:

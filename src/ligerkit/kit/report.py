@@ -29,7 +29,8 @@ class Swap:
         name: semantic module that caused it (``rms_norm``, a custom_patches key, ...).
         scope: ``family`` for the family's own modules, ``process`` for process-wide bindings
             (every later user of that binding gets the replacement too); measured from who holds
-            the binding, not assumed from the route.
+            the binding, not assumed from the route. ``compile``: a name in Liger's own modules
+            rebound in compile mode (``ligerkit.compile.routes``; process-wide too).
         shared: another kit had already made this very swap; this kit holds it too, so either
             kit may revert first.
     """
@@ -63,10 +64,16 @@ class Application:
     probed: tuple[str, ...] = ()
     unprobed: tuple[str, ...] = ()
     left_off: Mapping[str, str] = field(default_factory=dict)
+    compile: bool = False  # applied for a compiled model (``apply(..., compile=True)``)
+    compile_routes: tuple[Swap, ...] = ()  # names in Liger's modules rebound to ligerkit.compile.ops
+    compile_inline: tuple[str, ...] = ()  # Liger replacements with no compile-mode operator
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
+            "compile": self.compile,
+            "compile_routes": [s.to_dict() for s in self.compile_routes],
+            "compile_inline": list(self.compile_inline),
             "route": self.route,
             "family": self.family,
             "helper": self.helper,
@@ -156,6 +163,16 @@ class LigerKernelReport:
         """Every real swap, in the order it happened."""
         return tuple(s for a in self.applications for s in a.patched)
 
+    @property
+    def compile_routes(self) -> tuple[Swap, ...]:
+        """Names in Liger's modules rebound to ligerkit's compile-mode operators (compile mode)."""
+        return tuple(s for a in self.applications for s in a.compile_routes)
+
+    @property
+    def compile_inline(self) -> tuple[str, ...]:
+        """Liger replacements with no compile-mode operator (``torch.compile`` traces into them)."""
+        return tuple(dict.fromkeys(x for a in self.applications for x in a.compile_inline))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form (``json.dumps(report.to_dict())`` works)."""
         return {
@@ -168,6 +185,9 @@ class LigerKernelReport:
             "left_off": self.left_off,
             "unprobed": list(self.unprobed),
             "patched": [s.to_dict() for s in self.patched],
+            "compile": any(a.compile for a in self.applications),
+            "compile_routes": [s.to_dict() for s in self.compile_routes],
+            "compile_inline": list(self.compile_inline),
             "applications": [a.to_dict() for a in self.applications],
             "environment_gaps": list(self.environment_gaps),
         }
@@ -222,6 +242,13 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
         scope = "  (process-wide)" if s.scope == "process" else ""
         scope += "  (shared with another kit)" if s.shared else ""
         console.print(f"  [swap] {s.name}: {where}{was} -> {s.replacement}{scope}", markup=False, soft_wrap=True)
+    if any(a.compile for a in report.applications):
+        kernels = ", ".join(f"{s.name} ({s.module}.{s.attr} -> {s.replacement})" for s in report.compile_routes)
+        console.print(f"Compile mode: Liger's kernels run as ligerkit.compile operators: {kernels or 'none'}",
+                      markup=False, soft_wrap=True)
+        for line in report.compile_inline:
+            console.print(f"  no compile-mode operator for {line}: torch.compile traces into Liger's function",
+                          markup=False, soft_wrap=True)
     if report.environment_gaps:
         console.print("Validation gaps:")
         for gap in report.environment_gaps:

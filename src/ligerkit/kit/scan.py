@@ -83,12 +83,18 @@ class ScanResult:
         return "\n".join(self.lines())
 
 
+def _model_entries(entries: Iterable[Entry]) -> list[Entry]:
+    """The swaps a model is built from (compile-mode rebinding of Liger's own names left out)."""
+    return [e for e in entries if e.swap.scope != "compile"]
+
+
 def _class_swaps(entries: Iterable[Entry]) -> list[Entry]:
-    return [e for e in entries if inspect.isclass(e.source) and inspect.isclass(e.replacement)]
+    return [e for e in _model_entries(entries) if inspect.isclass(e.source) and inspect.isclass(e.replacement)]
 
 
 def find_stale(entries: list[Entry]) -> tuple[StaleBinding, ...]:
     """Loaded modules whose globals still hold an original the kit swapped (outside the ledger)."""
+    entries = _model_entries(entries)
     originals = {id(e.source): e.source for e in entries if e.source is not MISSING}
     patched_at = {(id(e.owner), e.attr) for e in entries}
     found = []
@@ -134,7 +140,7 @@ def scan_model(model: Any, entries: list[Entry], strict: bool = True) -> ScanRes
     used = {name for name, n in counts.items() if n}
     unused = tuple(f"{e.swap.module}.{e.swap.attr} -> {e.swap.replacement}" for e in swaps
                    if qualified_name(e.replacement) not in used)
-    functions = tuple(f"{e.swap.module}.{e.swap.attr}" for e in entries if e not in swaps)
+    functions = tuple(f"{e.swap.module}.{e.swap.attr}" for e in _model_entries(entries) if e not in swaps)
     return ScanResult(
         counts=counts,
         unused=unused,

@@ -1,33 +1,48 @@
-"""``ligerkit bench``: eager, Liger, Liger + fused loss and torch.compile arms, side by side.
+"""``ligerkit bench``: eager, Liger, Liger + fused loss and torch.compile arms, side by side, and a pick.
 
-Each arm is its own training process from the same config, seed and data; warm-up steps are
-excluded; the median step gives tokens/s, and the run's peak memory and median MFU are reported,
-with ratios against the eager arm measured in the same invocation.
+Each arm (``ligerkit.train.arms``) is its own training process from the same config, seed and data;
+warm-up steps are excluded; the median step gives tokens/s, and the run's peak memory and median MFU
+are reported, with ratios against the eager arm measured in the same invocation. Then, in the bench
+process, every arm's step-1 gradients are compared with a float32 run (``ligerkit.proof.arm_grads``,
+skipped with ``--no-grads``), and ``ligerkit.proof.recommend`` picks the fastest arm within the loss
+and gradient tolerances.
+
+Each arm's process gets the arm's lines and ``train.arm=<arm>`` after the user's ``--set`` lines, so
+the arm wins over a ``train.arm`` the recipe config sets, and each run's config.yaml names its arm.
+The gradient pass clears ``train.arm`` (``train.arm=null``): its float32 truth is no arm.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ligerkit.errors import LigerKitError
-from ligerkit.proof.arms import summarize
-from ligerkit.proof.arms import Runner
+from ligerkit.errors import InvalidOptionError, LigerKitError
+from ligerkit.probe.tolerance import GradTolerance
+from ligerkit.proof.arms import Runner, summarize
+from ligerkit.proof.recommend import (
+    GradErrors,
+    Recommendation,
+    check_gradients,
+    gradient_arms,
+    recommend,
+)
+from ligerkit.train.arms import ARMS, DEFAULT_ARMS, is_compiled
+from ligerkit.train.config import ConfigError, load_recipe_config
 
-ARMS: dict[str, list[str]] = {
-    "eager": ["model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=false"],
-    "liger": ["model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=false"],
-    "liger_fused": ["model.liger_kernel.enabled=true", "train.loss.path=fused", "train.compile=false"],
-    "compile": ["model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=true"],
-    "liger_compile": ["model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=true",
-                      "train.compile_over_liger_kernels=true"],
-    # torch.compile for the decoder layers, Liger's fused linear cross entropy for the part compile
-    # cannot shrink (the full logits): the kernel swaps stay off
-    "compile_fused": ["model.liger_kernel.enabled=false", "train.loss.path=fused", "train.compile=true"],
-}
-DEFAULT_ARMS = ("eager", "liger", "liger_fused", "compile", "liger_compile", "compile_fused")
+__all__ = ["ARMS", "DEFAULT_ARMS", "DEFAULT_LOSS_TOLERANCE", "GradientsFn", "add_ratios", "arm_overrides", "bench",
+           "check_arm_configs", "check_loss_tolerance", "check_run_options", "parse_arms", "recipe_gradients",
+           "to_markdown", "write_outputs"]
+
+DEFAULT_LOSS_TOLERANCE = 1e-2
+"""``--loss-tolerance``: the largest per-step absolute loss gap against eager an arm may have (bf16's
+tolerance in ``ligerkit smoke``)."""
+
+GradientsFn = Callable[[Sequence[str]], Mapping[str, GradErrors]]
+"""Arm names -> each arm's step-1 gradient errors against float32 (``ligerkit.proof.arm_grads``)."""
 
 
 def parse_arms(spec: str) -> list[str]:
@@ -53,18 +68,77 @@ def check_run_options(steps: int, warmup: int, nproc: int) -> None:
         raise LigerKitError(f"--warmup {warmup} must be smaller than --steps {steps}")
 
 
+def check_loss_tolerance(value: float) -> float:
+    """Refuse a ``--loss-tolerance`` that is negative, infinite or NaN."""
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidOptionError(f"--loss-tolerance {value}: give a finite number >= 0 (default "
+                                 f"{DEFAULT_LOSS_TOLERANCE:g}, an absolute per-step loss gap against eager)")
+    return value
+
+
+def arm_overrides(arm: str, overrides: Sequence[str], steps: int) -> list[str]:
+    """One arm's ``--set`` lines: the user's, then the arm's and ``train.arm=<arm>`` (the arm wins,
+    whatever ``train.arm`` the config sets), then the bench's own."""
+    return [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={steps}", "train.progress=false"]
+
+
+def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str], steps: int) -> None:
+    """Load every arm's config (a :class:`ConfigError` names the arm's bad key before any process starts)."""
+    for arm in arms:
+        try:
+            load_recipe_config(config, arm_overrides(arm, overrides, steps))
+        except ConfigError as exc:
+            raise ConfigError(f"bench arm {arm} ({', '.join(ARMS[arm])}): {exc}") from None
+
+
 def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
-          on_arm: Callable[[str], None] | None = None, nproc: int = 1) -> dict[str, Any]:
-    """Run every arm through ``runner`` (one process each) and compute ratios against eager."""
+          on_arm: Callable[[str], None] | None = None, nproc: int = 1, *,
+          loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
+          grad_tolerance: GradTolerance | None = None) -> dict[str, Any]:
+    """Run every arm through ``runner`` (one process each), compute ratios against eager, and recommend.
+
+    ``gradients`` (called once, after the speed arms, with the arms whose step-1 gradients the rule
+    needs) gives each arm's errors against float32; ``None`` skips the gradient rule, and the
+    recommendation says so. ``on_arm`` is called after each arm and after the gradients.
+    """
     check_run_options(steps, warmup, nproc)
+    check_loss_tolerance(loss_tolerance)
+    grad_tolerance = grad_tolerance or GradTolerance()
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:
-        run = runner(config, [*overrides, *ARMS[arm], f"train.steps={steps}", "train.progress=false"], nproc=nproc)
+        run = runner(config, arm_overrides(arm, overrides, steps), nproc=nproc)
         results[arm] = summarize(run, warmup)
         if on_arm is not None:
             on_arm(arm)
     add_ratios(results)
-    return {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "arms": results}
+    checks = None
+    if gradients is not None:
+        checks = check_gradients(gradients(gradient_arms(arms)), grad_tolerance)
+        if on_arm is not None:
+            on_arm("gradients")
+    pick = recommend({a: r["tokens_per_s"] for a, r in results.items()},
+                     {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks)
+    return {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "arms": results,
+            "loss_tolerance": loss_tolerance,
+            "gradients": None if checks is None else {
+                "tolerance": {"factor": grad_tolerance.factor, "slack": grad_tolerance.slack},
+                "arms": {a: {"reference": c.reference, "passed": c.passed, "reason": c.reason,
+                             "max_error": c.max_error, "failures": list(c.failures)} for a, c in checks.items()}},
+            "recommendation": pick.to_dict()}
+
+
+def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> GradientsFn:
+    """The real gradient pass: :func:`ligerkit.proof.arm_grads.recipe_arm_grads` in this process on
+    ``device`` (one forward and backward per arm on the recipe's first micro-batch), with the recipe's
+    ``train.arm`` cleared so the float32 truth and every arm are exactly the lines given."""
+
+    def run(names: Sequence[str]) -> Mapping[str, GradErrors]:
+        from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
+
+        arms = {name: Arm(ARMS[name], compiled=is_compiled(name)) for name in names}
+        return recipe_arm_grads(config, [*overrides, "train.arm=null"], arms, device, calls=1)
+
+    return run
 
 
 def add_ratios(results: dict[str, dict[str, Any]]) -> None:
@@ -97,10 +171,13 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 
 def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
-    """``bench.json`` and ``bench.md`` under ``out``."""
+    """``bench.json`` and ``bench.md`` (the speed table, then the recommendation) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     record, table = out / "bench.json", out / "bench.md"
     record.write_text(json.dumps(result, indent=2))
-    table.write_text(f"{result['config']}, {result['steps']} steps ({result['warmup']} warm-up excluded)\n\n"
-                     + to_markdown(result) + "\n")
+    text = (f"{result['config']}, {result['steps']} steps ({result['warmup']} warm-up excluded)\n\n"
+            + to_markdown(result) + "\n")
+    if result.get("recommendation"):
+        text += "\n" + Recommendation.from_dict(result["recommendation"]).markdown() + "\n"
+    table.write_text(text)
     return [record, table]

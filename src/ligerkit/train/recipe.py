@@ -56,6 +56,13 @@ class RecipeEngine:
         return self.liger_kit
 
     @property
+    def compile_mode(self) -> bool:
+        """Whether the kit applies for a compiled model: ``train.compile`` with ``train.liger_compile_ops``
+        (Liger's kernels then run as ``ligerkit.compile`` operators)."""
+        t = self.config.train
+        return t.compile and t.liger_compile_ops
+
+    @property
     def liger_enabled(self) -> bool:
         """``model.liger_kernel.enabled``."""
         return self.config.model.liger_kernel.enabled
@@ -71,7 +78,7 @@ class RecipeEngine:
         else ``family``, else ``model.family``; the config's module selection and exclusions."""
         lk = self.config.model.liger_kernel
         return {"model_family": lk.model_family_override or family or self.config.model.family,
-                "modules": lk.modules, "excluded_modules": lk.excluded_modules}
+                "modules": lk.modules, "excluded_modules": lk.excluded_modules, "compile": self.compile_mode}
 
     def custom_liger(self, custom_patches: CustomPatches, probe_config: Any = None) -> dict[str, Any]:
         """``apply`` arguments for a ``custom_patches`` map; ``probe_config`` is what the kit's probes
@@ -81,7 +88,7 @@ class RecipeEngine:
         if isinstance(lk.modules, Mapping) and isinstance(custom_patches, Mapping):
             custom_patches = {k: v for k, v in custom_patches.items() if lk.modules.get(k) is True}
         return {"model_family": self.config.model.family, "custom_patches": custom_patches,
-                "excluded_modules": lk.excluded_modules, "config": probe_config}
+                "excluded_modules": lk.excluded_modules, "config": probe_config, "compile": self.compile_mode}
 
     # ----- hooks --------------------------------------------------------------------------------
     def model_config(self) -> Any:

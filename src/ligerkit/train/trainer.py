@@ -24,6 +24,7 @@ from ligerkit.errors import LigerKitError
 from ligerkit.loss import valid_tokens
 from ligerkit.train import checkpoint, run_dir
 from ligerkit.train import distributed as D
+from ligerkit.train.compile import compile_layers
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
 from ligerkit.train.recipe import Batch, RecipeEngine
@@ -228,15 +229,8 @@ class Trainer:
 
     def compile_model(self, model: torch.nn.Module) -> list[str]:
         """``torch.compile`` each decoder layer in place (the whole model when it has none); returns
-        the compiled module paths. Liger's kernels inside a layer stay Liger's."""
-        units = set(self.recipe.fsdp_units(model))
-        compiled = [name for name, m in model.named_modules() if type(m).__name__ in units]
-        for name in compiled:
-            model.get_submodule(name).compile()
-        if not compiled:
-            model.compile()
-            compiled = ["<model>"]
-        return compiled
+        the compiled module paths (``ligerkit.train.compile.compile_layers``)."""
+        return compile_layers(model, self.recipe.fsdp_units(model))
 
     def train_step(self, model: StepModule, optimizer: torch.optim.Optimizer, batches: list[Batch],
                    device: torch.device, step: int = 0) -> tuple[float, float, int]:

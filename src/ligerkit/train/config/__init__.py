@@ -2,6 +2,7 @@
 
 from ligerkit.train.config.loading import (
     ConfigError,
+    apply_arm,
     apply_overrides,
     load_recipe_config,
     parse_override,
@@ -19,5 +20,5 @@ from ligerkit.train.config.schema import (
 )
 
 __all__ = ["ConfigError", "DataConfig", "LigerKernelConfig", "LossConfig", "ModelConfig", "RecipeConfig",
-           "TrainConfig", "apply_overrides", "load_recipe_config", "parse_override", "read_yaml",
+           "TrainConfig", "apply_arm", "apply_overrides", "load_recipe_config", "parse_override", "read_yaml",
            "unknown_key_hint", "validate_config"]

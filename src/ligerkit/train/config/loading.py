@@ -2,12 +2,17 @@
 
 Every problem is a :class:`ConfigError` naming the key and the fix: an unknown key gets the closest
 known ones ("did you mean"), and common names from other trainers (``learning_rate``) point to ours.
+
+``train.arm: NAME`` (a ``ligerkit bench`` arm, ``ligerkit.train.arms``) is expanded here, after the
+overrides and before validation: the arm's lines fill its keys, and a key the file or a ``--set``
+already gives another value is an error naming both (never a silent winner).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ligerkit.errors import LigerKitError
+from ligerkit.train.arms import ARMS
 from ligerkit.train.config.schema import RecipeConfig
 
 
@@ -34,7 +40,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Return a copy of ``data`` with every ``a.b=c`` override set (intermediate maps created)."""
     data = copy.deepcopy(data)
     for item in overrides:
@@ -120,23 +126,86 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from exc
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
 
 
-def validate_config(data: dict[str, Any], source: str = "<dict>") -> RecipeConfig:
-    """Validate a raw mapping; raise :class:`ConfigError` naming every bad key path."""
+def _lookup(data: dict[str, Any], path: list[str]) -> tuple[list[str], Any] | None:
+    """What ``data`` holds at a dotted key path: ``(path, value)``; ``(prefix, value)`` when a value
+    on the way is not a mapping (``train.loss: fused``); ``None`` where a mapping lacks the key."""
+    node: Any = data
+    for i, part in enumerate(path):
+        if not isinstance(node, dict):
+            return path[:i], node
+        if part not in node:
+            return None
+        node = node[part]
+    return path, node
+
+
+def _origin(path: list[str], source: str, overrides: Sequence[str]) -> str:
+    """Where a key's value comes from: the last ``--set`` giving it (or a map above it), else the file."""
+    for item in reversed(overrides):
+        key, _ = parse_override(item)
+        if path[:len(key)] == key:
+            return f"--set {item}"
+    return source
+
+
+def _show(value: Any) -> str:
+    """A value as YAML writes it inline (``true``, ``standard``, ``{path: fused}``)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip().removesuffix("\n...").strip()
+
+
+def apply_arm(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Expand ``train.arm: NAME`` into the arm's override lines (a copy of ``data``; unchanged without one).
+
+    A key the arm sets that ``data`` already holds must have the arm's value: anything else is a
+    :class:`ConfigError` naming both, as is an arm name that is not in ``ligerkit.train.arms.ARMS``.
+    ``source`` (the file) and ``overrides`` (the ``--set`` lines already applied) only name where a
+    conflicting value came from.
+    """
+    train = data.get("train")
+    name = train.get("arm") if isinstance(train, dict) else None
+    if name is None:
+        return data
+    where = _origin(["train", "arm"], source, overrides)
+    if not isinstance(name, str) or name not in ARMS:
+        raise ConfigError(f"{where}: train.arm {name!r} is not an arm; use one of {', '.join(ARMS)} "
+                          "(`ligerkit bench --help` says what each selects), or leave train.arm out")
+    conflicts = []
+    for line in ARMS[name]:
+        path, value = parse_override(line)
+        found = _lookup(data, path)
+        if found is None or found == (path, value):
+            continue
+        at, given = found
+        what = "it" if at == path else f"{'.'.join(at)} (not a mapping)"
+        conflicts.append(f"  train.arm={name} ({where}) sets {line}; {_origin(at, source, overrides)} "
+                         f"sets {what} to {_show(given)}")
+    if conflicts:
+        raise ConfigError(f"{source}: train.arm={name} disagrees with keys the config sets:\n" + "\n".join(conflicts)
+                          + "\nRemove those keys or give them the arm's values (train.arm sets them), or leave "
+                          "train.arm out and set every key yourself")
+    return apply_overrides(data, ARMS[name])
+
+
+def validate_config(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[str] = ()) -> RecipeConfig:
+    """Expand ``train.arm`` (:func:`apply_arm`), then validate a raw mapping; raise :class:`ConfigError`
+    naming every bad key path. ``overrides`` are the ``--set`` lines already in ``data`` (for messages)."""
+    data = apply_arm(data, source, overrides)
     try:
         return RecipeConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{source} is not a valid recipe config:\n{_format(exc)}") from None
 
 
-def load_recipe_config(path: str | Path, overrides: list[str] | None = None) -> RecipeConfig:
-    """Load a recipe YAML, apply ``--set`` overrides, validate."""
+def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None) -> RecipeConfig:
+    """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level")
-    return validate_config(apply_overrides(data, overrides or []), str(path))
+    overrides = list(overrides or [])
+    return validate_config(apply_overrides(data, overrides), str(path), overrides)

@@ -11,7 +11,14 @@ import copy
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from ligerkit.naming import LOSS_MODULES
 
@@ -145,9 +152,15 @@ class TrainConfig(_Strict):
     peak_tflops: Float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
     progress: bool = True
     compile: bool = Field(False, description="torch.compile each decoder layer (the FSDP units)")
+    liger_compile_ops: bool = Field(
+        True, description="with train.compile and Liger on, run Liger's kernels through ligerkit's "
+        "compile-mode operators (ligerkit.compile: opaque to the compiler, no graph breaks, exact); false "
+        "lets torch.compile trace into Liger's autograd functions instead (measured to corrupt norm weights "
+        "next to Liger's MLP; needs train.compile_over_liger_kernels)"
+    )
     compile_over_liger_kernels: bool = Field(
-        False, description="allow train.compile together with Liger's kernel swaps (measured on an H200 to "
-        "change the step-1 loss of two recipes by 1e-2 to 2e-2; see docs/benchmarks.md)"
+        False, description="with train.liger_compile_ops=false, allow torch.compile to trace into Liger's "
+        "autograd functions (measured on an H200 to change training; see docs/benchmarks.md)"
     )
     autocast_bf16: bool = Field(
         False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
@@ -169,6 +182,11 @@ class TrainConfig(_Strict):
         "right-padded and every padded position's label is ignored (the mask then changes no counted "
         "logit), so SDPA takes its causal flash kernel with grouped-query heads; refused for any other "
         "padding"
+    )
+    arm: str | None = Field(
+        None, description="a named arm of `ligerkit bench` (the table in ligerkit.train.arms, e.g. "
+        "liger_fused); the loader sets the arm's keys (model.liger_kernel.enabled, train.loss.path, "
+        "train.compile), and a key this config or --set gives another value is an error"
     )
 
     @model_validator(mode="after")
@@ -233,13 +251,13 @@ class RecipeConfig(_Strict):
 
     @model_validator(mode="after")
     def _compile_over_liger_is_opt_in(self) -> RecipeConfig:
-        if self.train.compile and self.model.liger_kernel.enabled and not self.train.compile_over_liger_kernels:
+        t = self.train
+        if t.compile and self.model.liger_kernel.enabled and not t.liger_compile_ops and not t.compile_over_liger_kernels:
             raise ValueError(
-                "train.compile with Liger's kernel swaps on is refused by default: on an H200 it was slower "
-                "than the swaps alone and changed the step-1 loss of custom_lm and composite_vlm by 1e-2 to "
-                "2e-2 (docs/benchmarks.md). Use torch.compile with model.liger_kernel.enabled=false and "
-                "train.loss.path=fused (the fastest measured), or set "
-                "train.compile_over_liger_kernels=true after `ligerkit smoke` passes with it"
+                "train.compile with Liger on and train.liger_compile_ops=false lets torch.compile trace into "
+                "Liger's autograd functions, which on an H200 overwrote norm weights next to Liger's MLP "
+                "during backward (docs/benchmarks.md, compile drift). Keep train.liger_compile_ops=true (the "
+                "default), or set train.compile_over_liger_kernels=true to accept that path"
             )
         return self
 
