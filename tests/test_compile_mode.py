@@ -1,8 +1,12 @@
-"""Compile mode on the CPU: every recipe's model, Liger on through the kit with ``compile=True`` and
-its layers compiled (the compile-mode operators' CPU implementations run), has exactly the graph
-breaks of the unpatched model compiled the same way (none from Liger; ``fullgraph=True`` where the
-unpatched layers allow it), and the loss and gradients of the same model uncompiled and of the
-unpatched model."""
+"""Compile mode on the CPU.
+
+- The kit's rebinding: recorded, reported, kept out of the scan, shared between kits, reverted,
+  atomic; the Inductor table; the engine and config wiring.
+- Every recipe's model, Liger on through the kit with ``compile=True`` and its layers compiled (the
+  compile-mode operators' CPU implementations run): exactly the graph breaks of the unpatched model
+  compiled the same way (none from Liger; ``fullgraph=True`` where the unpatched layers allow it), and
+  the loss and gradients of the same model uncompiled and of the unpatched model.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from ligerkit.compile import routes, table
+from ligerkit.kit import LigerKernelKit, LigerPatch
 from ligerkit.loss import valid_tokens
 from ligerkit.train import load_engine
 from ligerkit.train.compile import compile_layers, reset_compiled
