@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
+from ligerkit.train.arms import modules_line
 from ligerkit.train.loading import load_engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,11 +47,6 @@ def swap_keys(config: Path, overrides: list[str], device: torch.device) -> list[
         engine.kit.revert()
 
 
-def only(keys: list[str], chosen: set[str]) -> str:
-    """The override turning on exactly ``chosen`` of ``keys``."""
-    return f"model.liger_kernel.modules={{{', '.join(f'{k}: {str(k in chosen).lower()}' for k in keys)}}}"
-
-
 def arms_for(keys: list[str], per_key: bool) -> dict[str, Arm]:
     """Eager/compiled arms: Liger off, every swap (operators and inline), and optionally per swap."""
     arms = {"eager": Arm((OFF,)), "compile": Arm((OFF, *COMPILE), compiled=True),
@@ -58,11 +54,11 @@ def arms_for(keys: list[str], per_key: bool) -> dict[str, Arm]:
             "liger_compile_inline": Arm((ON, *INLINE), compiled=True)}
     if per_key:
         for key in keys:
-            arms[f"only_{key}"] = Arm((ON, only(keys, {key})))
-            arms[f"only_{key}_compile"] = Arm((ON, only(keys, {key}), *COMPILE), compiled=True)
+            arms[f"only_{key}"] = Arm((ON, modules_line(keys, {key})))
+            arms[f"only_{key}_compile"] = Arm((ON, modules_line(keys, {key}), *COMPILE), compiled=True)
         for i, a in enumerate(keys):
             for b in keys[i + 1:]:
-                arms[f"pair_{a}+{b}_inline"] = Arm((ON, only(keys, {a, b}), *INLINE), compiled=True)
+                arms[f"pair_{a}+{b}_inline"] = Arm((ON, modules_line(keys, {a, b}), *INLINE), compiled=True)
     return arms
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ligerkit.loss import valid_tokens
+from ligerkit.train.arms import modules_line
 from ligerkit.train.compile import compile_layers, reset_compiled
 from ligerkit.train.loading import load_engine
 from ligerkit.train.step import device_batch
@@ -77,8 +78,7 @@ def main() -> None:
         base = [f"{layers}={args.layers}", "train.compile=true", f"train.micro_batch_size={args.micro_batch}"]
         inductor = timed(config, [*base, "model.liger_kernel.enabled=false"], args.warmup, args.iters, device)
         for key in keys:
-            only = "{" + ", ".join(f"{k}: {str(k == key).lower()}" for k in keys) + "}"
-            liger = timed(config, [*base, "model.liger_kernel.enabled=true", f"model.liger_kernel.modules={only}"],
+            liger = timed(config, [*base, "model.liger_kernel.enabled=true", modules_line(keys, {key})],
                           args.warmup, args.iters, device)
             kernels[key] = {"liger_ms": round(liger, 3), "inductor_ms": round(inductor, 3),
                             "model": f"{recipe} gpu.yaml, {args.layers} layers, {args.micro_batch} sequence(s)"}

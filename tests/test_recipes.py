@@ -16,6 +16,7 @@ import torch
 from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.proof import asserts
 from ligerkit.train import Trainer, load_engine
+from ligerkit.train.arms import modules_line
 
 RECIPES = sorted(p.parent for p in Path(__file__).resolve().parents[1].glob("recipes/*/configs"))
 
@@ -67,8 +68,7 @@ def test_each_module_alone_applies_only_its_swaps(recipe):
         engine.liger_kit.revert()
     assert keys
     for key in keys:
-        only = "{" + ", ".join(f"{k}: {str(k == key).lower()}" for k in keys) + "}"
-        engine = load_engine(config, ["model.liger_kernel.enabled=true", f"model.liger_kernel.modules={only}"])
+        engine = load_engine(config, ["model.liger_kernel.enabled=true", modules_line(keys, {key})])
         try:
             engine.prepare_model(torch.device("meta"))
             assert {s.name for s in engine.liger_kit.report.patched} == {key}

@@ -18,7 +18,7 @@ from ligerkit.compile.routes import Route, route_for
 from ligerkit.environment import environment_summary
 from ligerkit.errors import CompileModeError
 from ligerkit.kit.custom import LigerPatch, normalize
-from ligerkit.kit.ledger import Ledger, layers
+from ligerkit.kit.ledger import Ledger
 from ligerkit.kit.report import Application, Swap
 from ligerkit.kit.snapshot import MISSING, Change, current
 from ligerkit.naming import qualified_name
@@ -57,7 +57,7 @@ def _rebind(route: Route, ledger: Ledger) -> Swap | None:
             "(apply without compile=True) and do not compile the model"
         )
     if now is route.replacement:
-        other = next((e for e in reversed(layers(module, route.attr)) if e.replacement is route.replacement), None)
+        other = ledger.made_elsewhere(module, route.attr, route.replacement)
         return ledger.join(other, route.kernel) if other is not None else None
     setattr(module, route.attr, route.replacement)
     return ledger.record(Change(module, route.attr, now, route.replacement), route.kernel, COMPILE_SCOPE)

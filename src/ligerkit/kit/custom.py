@@ -29,7 +29,7 @@ from ligerkit.errors import (
     PatchImportError,
 )
 from ligerkit.kit.checks import probe_patches
-from ligerkit.kit.ledger import Entry, Ledger, layers
+from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
 from ligerkit.kit.snapshot import Snapshot, owners_of, scope_of
 from ligerkit.naming import qualified_name
@@ -188,8 +188,7 @@ def apply_custom(
         if entry is not None and entry.replacement is not item.patch.replacement:
             _raise_conflict(item, entry.replacement)
         if item.original is item.patch.replacement or earlier is not None:
-            other = next((e for e in reversed(layers(item.owner, item.attr)) if e not in ledger.entries
-                          and e.replacement is item.patch.replacement), None)
+            other = ledger.made_elsewhere(item.owner, item.attr, item.patch.replacement)
             if other is not None and entry is None and earlier is None:
                 joined.append((item, other))  # another kit made this very swap: hold it too
             else:

@@ -71,6 +71,12 @@ class Ledger:
                 return entry
         return None
 
+    def made_elsewhere(self, owner: object, attr: object, replacement: object) -> Entry | None:
+        """The newest live entry of *another* kit that swapped ``owner.attr`` to ``replacement``
+        (a swap this kit can hold too, with :meth:`join`), if any."""
+        mine = {id(e) for e in self.entries}
+        return next((e for e in reversed(layers(owner, attr)) if id(e) not in mine and e.replacement is replacement), None)
+
     def check_no_conflict(self, changes: list[Change]) -> None:
         """Raise if a change overwrote a binding this kit had already swapped to something else."""
         for change in changes:

@@ -11,7 +11,7 @@ sample, and then undone: the kit reverted and every compiled graph forgotten.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,8 +69,8 @@ class ArmGrads:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the per-tensor errors included)."""
         return {"name": self.name, "loss": self.loss, "max_error": self.max_error, "mean_error": self.mean_error,
-                "worst": self.worst(), "swaps": self.swaps, "graph_breaks": self.graph_breaks, "losses": self.losses, "changed": self.changed,
-                "errors": self.errors}
+                "worst": self.worst(), "swaps": self.swaps, "graph_breaks": self.graph_breaks, "losses": self.losses,
+                "changed": self.changed, "errors": self.errors}
 
 
 def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping[str, Arm],
@@ -87,8 +87,9 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     dtype = resolve_dtype(load_engine(config, [*overrides, *LIGER_OFF]).config.model.dtype, device)
     model = truth_engine.setup_model(device).float()
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    losses32 = [gradients(model, _loss_of(truth_engine, device, i))[0] for i in range(calls - 1)]
-    loss32, truth = gradients(model, _loss_of(truth_engine, device, calls - 1))
+    size = truth_engine.config.train.micro_batch_size
+    losses32 = [gradients(model, recipe_loss(truth_engine, device, i * size))[0] for i in range(calls - 1)]
+    loss32, truth = gradients(model, recipe_loss(truth_engine, device, (calls - 1) * size))
     del model
     out = {"float32": ArmGrads("float32", loss32, {k: 0.0 for k in truth}, losses=[*losses32, loss32])}
     for name, arm in arms.items():
@@ -101,8 +102,9 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
                 compile_layers(model, engine.fsdp_units(model), fullgraph=arm.fullgraph)
             counters["graph_break"].clear()
             before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            losses = [gradients(model, _loss_of(engine, device, i))[0] for i in range(calls - 1)]
-            value, grads = gradients(model, _loss_of(engine, device, calls - 1))
+            size = engine.config.train.micro_batch_size
+            losses = [gradients(model, recipe_loss(engine, device, i * size))[0] for i in range(calls - 1)]
+            value, grads = gradients(model, recipe_loss(engine, device, (calls - 1) * size))
             changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
             swaps = len(engine.kit.report.patched) if engine.kit.active else 0
             out[name] = ArmGrads(name, value, {k: relative_error(grads[k], truth[k]) for k in truth}, swaps,
@@ -118,14 +120,14 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     return out
 
 
-def _loss_of(engine: RecipeEngine, device: torch.device, index: int = 0) -> Any:
-    """The arm's own configured loss on the recipe's micro-batch ``index`` (``train.micro_batch_size``
-    samples), normalized by its valid tokens."""
-    size = engine.config.train.micro_batch_size
+def recipe_loss(engine: RecipeEngine, device: torch.device, start: int = 0,
+                size: int | None = None) -> Callable[[torch.nn.Module], torch.Tensor]:
+    """``loss(model)``: the engine's own configured loss on its samples ``start .. start + size`` (default
+    ``train.micro_batch_size``), on ``device``, normalized by their valid tokens."""
+    size = engine.config.train.micro_batch_size if size is None else size
 
     def loss(model: torch.nn.Module) -> torch.Tensor:
         vocab = model.get_output_embeddings().weight.shape[0]
-        batch = device_batch(engine.make_batch(index * size, size, vocab), device,
-                             engine.config.train.drop_right_padding_mask)
+        batch = device_batch(engine.make_batch(start, size, vocab), device, engine.config.train.drop_right_padding_mask)
         return engine.loss(engine, model, batch, 1.0 / max(valid_tokens(batch["labels"]), 1))
     return loss

@@ -20,11 +20,9 @@ from torch import nn
 
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.loading import load_engine
-from ligerkit.train.recipe import RecipeEngine
-from ligerkit.train.step import device_batch
 from ligerkit.kit.core import LigerKernelKit
 from ligerkit.kit.custom import CustomPatches, LigerPatch
-from ligerkit.loss import valid_tokens
+from ligerkit.proof.arm_grads import recipe_loss
 from ligerkit.proof.grads import GradParity, GradTolerance, grad_parity
 from ligerkit.probe.catalog import by_name
 from ligerkit.probe.runnable import Runnable, build_model_class, runnable_model
@@ -54,10 +52,7 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
         return engines[arm].setup_model(device)
 
     def loss(model: nn.Module) -> torch.Tensor:
-        engine: RecipeEngine = engines[current["arm"]]
-        vocab = model.get_output_embeddings().weight.shape[0]
-        batch = device_batch(engine.make_batch(0, 1, vocab), device, engine.config.train.drop_right_padding_mask)
-        return engine.loss(engine, model, batch, 1.0 / max(valid_tokens(batch["labels"]), 1))  # the arm's loss
+        return recipe_loss(engines[current["arm"]], device, 0, 1)(model)  # the arm's own loss, first sample
 
     @contextmanager
     def patched() -> Iterator[None]:

@@ -58,3 +58,9 @@ def arm_lines(arm: str) -> tuple[str, ...]:
 def config_lines(arm: str) -> tuple[str, ...]:
     """The arm's lines as a config file writes them (``KEY: VALUE``, dotted keys)."""
     return tuple(": ".join(line.split("=", 1)) for line in arm_lines(arm))
+
+
+def modules_line(keys: list[str] | tuple[str, ...], on: set[str] | frozenset[str]) -> str:
+    """The override turning on exactly ``on`` among ``keys`` (``model.liger_kernel.modules={a: true, b: false}``):
+    one swap alone, or a chosen few, for the measurements that take the swaps apart."""
+    return "model.liger_kernel.modules={" + ", ".join(f"{k}: {str(k in on).lower()}" for k in keys) + "}"
