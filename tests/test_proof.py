@@ -164,11 +164,39 @@ def test_bench_without_gradients_says_the_recommendation_used_the_loss_rule_only
         B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make), loss_tolerance=-1)
 
 
+def test_bench_repeats_runs_rounds_and_reports_medians_of_per_round_ratios(tmp_path):
+    # round speeds: eager 100, 120, 90; liger 150, 150, 150 -> per-round ratios 1.5, 1.25, 1.667 -> 1.5
+    eager_speeds, liger_speeds = iter([100.0, 120.0, 90.0]), iter([150.0, 180.0, 150.0])
+    liger_losses = iter([[1.0, 0.9], [1.0, 0.905], [1.0, 0.9]])  # round 2 drifts most
+
+    def make(overrides):
+        if _arm_of(overrides) == "eager":
+            return run([1.0, 0.9], [1.0, 1.0], [next(eager_speeds)] * 2, 40.0)
+        return run(next(liger_losses), [1.0, 1.0], [next(liger_speeds)] * 2, 30.0)
+
+    runner = FakeRunner(make)
+    seen = []
+    result = B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=runner,
+                     on_arm=seen.append, repeats=3)
+    assert [_arm_of(c[1]) for c in runner.calls] == ["eager", "liger"] * 3 and seen == ["eager", "liger"] * 3
+    liger = result["arms"]["liger"]
+    assert result["repeats"] == 3
+    assert [r["tokens_per_s_vs_eager"] for r in liger["runs"]] == pytest.approx([1.5, 1.5, 5 / 3])
+    assert liger["tokens_per_s_vs_eager"] == pytest.approx(1.5) and liger["tokens_per_s"] == 150.0
+    assert result["arms"]["eager"]["tokens_per_s"] == 100.0  # median of 100, 120, 90
+    assert liger["max_loss_gap_vs_eager"] == pytest.approx(0.005)  # the worst round
+    assert result["recommendation"]["arm"] == "liger"
+    text = B.write_outputs(result, tmp_path)[1].read_text()
+    assert "3 rounds" in text and "- liger: 1.500x, 1.500x, 1.667x" in text
+    with pytest.raises(LigerKitError, match="--repeats"):
+        B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=runner, repeats=0)
+
+
 def test_bench_help_shows_the_recommendation_options():
     result = CliRunner().invoke(app, ["bench", "--help"], env={"COLUMNS": "80"})
     text = " ".join(result.stdout.split())
     assert result.exit_code == 0
-    for option in ("--loss-tolerance X", "--no-grads", "--grad-factor X", "--grad-slack X", "liger_compile_fused",
+    for option in ("--loss-tolerance X", "--repeats N", "--no-grads", "--grad-factor X", "--grad-slack X", "liger_compile_fused",
                    "train.arm: NAME"):
         assert option in text, option
 

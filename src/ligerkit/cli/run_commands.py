@@ -163,6 +163,9 @@ def bench(
              "Default: all seven.")] = _ALL_ARMS,
     steps: Annotated[int, typer.Option(metavar="N", help="Training steps per arm.")] = 20,
     warmup: Annotated[int, typer.Option(metavar="N", help="First steps excluded from timing.")] = 5,
+    repeats: Annotated[int, typer.Option(
+        metavar="N", help="Rounds: every arm runs N times (eager first in each round); figures are medians "
+                          "of the runs, speed ratios the median of per-round ratios.")] = 1,
     set_: Annotated[list[str] | None, set_option("Config override for every arm", "--set data.seq_len=1024")] = None,
     nproc: Annotated[int, typer.Option(metavar="N", help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
     loss_tolerance: Annotated[float, typer.Option(
@@ -203,7 +206,7 @@ def bench(
         config = resolve_config(target)
         chosen = B.parse_arms(arms)
         overrides = list(set_ or [])
-        B.check_run_options(steps, warmup, nproc)
+        B.check_run_options(steps, warmup, nproc, repeats)
         B.check_loss_tolerance(loss_tolerance)
         grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
         load_recipe_config(config, overrides)  # a bad config or --set is named before the GPU check
@@ -213,10 +216,11 @@ def bench(
 
         gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"))
         with Progress(console=err, disable=as_json) as progress:
-            task = progress.add_task("bench arms", total=len(chosen) + (gradients is not None))
+            task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None))
             result = B.bench(config, chosen, steps, warmup, overrides, default_runner(),
                              on_arm=lambda arm: progress.advance(task), nproc=nproc,
-                             loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance)
+                             loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance,
+                             repeats=repeats)
         files = B.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)

@@ -2,7 +2,10 @@
 
 Each arm (``ligerkit.train.arms``) is its own training process from the same config, seed and data;
 warm-up steps are excluded; the median step gives tokens/s, and the run's peak memory and median MFU
-are reported, with ratios against the eager arm measured in the same invocation. Then, in the bench
+are reported, with ratios against the eager arm measured in the same invocation. With ``repeats``
+> 1 the arms run in rounds (every arm once per round, eager first); an arm's figures are the medians
+of its runs, its speed ratio the median of the per-round ratios (each against the eager run of its
+own round), its loss gaps the largest of any round. Then, in the bench
 process, every arm's step-1 gradients are compared with a float32 run (``ligerkit.proof.arm_grads``,
 skipped with ``--no-grads``), and ``ligerkit.proof.recommend`` picks the fastest arm within the loss
 and gradient tolerances.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,8 +38,8 @@ from ligerkit.train.arms import ARMS, DEFAULT_ARMS, is_compiled
 from ligerkit.train.config import ConfigError, load_recipe_config
 
 __all__ = ["ARMS", "DEFAULT_ARMS", "DEFAULT_LOSS_TOLERANCE", "GradientsFn", "add_ratios", "arm_overrides", "bench",
-           "check_arm_configs", "check_loss_tolerance", "check_run_options", "parse_arms", "recipe_gradients",
-           "to_markdown", "write_outputs"]
+           "check_arm_configs", "check_loss_tolerance", "check_run_options", "combine_rounds", "parse_arms",
+           "recipe_gradients", "to_markdown", "write_outputs"]
 
 DEFAULT_LOSS_TOLERANCE = 1e-2
 """``--loss-tolerance``: the largest per-step absolute loss gap against eager an arm may have (bf16's
@@ -60,10 +64,12 @@ def parse_arms(spec: str) -> list[str]:
     return ["eager", *[a for a in arms if a != "eager"]]
 
 
-def check_run_options(steps: int, warmup: int, nproc: int) -> None:
-    """Refuse step, warm-up and process counts that cannot give a measurement."""
+def check_run_options(steps: int, warmup: int, nproc: int, repeats: int = 1) -> None:
+    """Refuse step, warm-up, process and repeat counts that cannot give a measurement."""
     if steps < 1 or nproc < 1 or warmup < 0:
         raise LigerKitError(f"--steps ({steps}) and --nproc ({nproc}) must be at least 1, --warmup ({warmup}) at least 0")
+    if repeats < 1:
+        raise LigerKitError(f"--repeats ({repeats}) must be at least 1 (3 gives a median of three runs per arm)")
     if warmup >= steps:
         raise LigerKitError(f"--warmup {warmup} must be smaller than --steps {steps}")
 
@@ -94,23 +100,31 @@ def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str
 def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
           on_arm: Callable[[str], None] | None = None, nproc: int = 1, *,
           loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
-          grad_tolerance: GradTolerance | None = None) -> dict[str, Any]:
-    """Run every arm through ``runner`` (one process each), compute ratios against eager, and recommend.
+          grad_tolerance: GradTolerance | None = None, repeats: int = 1) -> dict[str, Any]:
+    """Run every arm through ``runner`` (one process each, ``repeats`` rounds), compute ratios against
+    eager, and recommend.
 
     ``gradients`` (called once, after the speed arms, with the arms whose step-1 gradients the rule
     needs) gives each arm's errors against float32; ``None`` skips the gradient rule, and the
-    recommendation says so. ``on_arm`` is called after each arm and after the gradients.
+    recommendation says so. ``on_arm`` is called after each arm's run and after the gradients.
     """
-    check_run_options(steps, warmup, nproc)
+    check_run_options(steps, warmup, nproc, repeats)
     check_loss_tolerance(loss_tolerance)
+    if "eager" not in arms:
+        raise LigerKitError(f"the bench's arms {list(arms)} lack eager, which every ratio is against "
+                            "(parse_arms adds it)")
     grad_tolerance = grad_tolerance or GradTolerance()
-    results: dict[str, dict[str, Any]] = {}
-    for arm in arms:
-        run = runner(config, arm_overrides(arm, overrides, steps), nproc=nproc)
-        results[arm] = summarize(run, warmup)
-        if on_arm is not None:
-            on_arm(arm)
-    add_ratios(results)
+    rounds: list[dict[str, dict[str, Any]]] = []
+    for _ in range(repeats):
+        results: dict[str, dict[str, Any]] = {}
+        for arm in arms:
+            run = runner(config, arm_overrides(arm, overrides, steps), nproc=nproc)
+            results[arm] = summarize(run, warmup)
+            if on_arm is not None:
+                on_arm(arm)
+        add_ratios(results)
+        rounds.append(results)
+    results = combine_rounds(rounds)
     checks = None
     if gradients is not None:
         checks = check_gradients(gradients(gradient_arms(arms)), grad_tolerance)
@@ -118,7 +132,8 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
             on_arm("gradients")
     pick = recommend({a: r["tokens_per_s"] for a, r in results.items()},
                      {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks)
-    return {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "arms": results,
+    return {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "repeats": repeats,
+            "arms": results,
             "loss_tolerance": loss_tolerance,
             "gradients": None if checks is None else {
                 "tolerance": {"factor": grad_tolerance.factor, "slack": grad_tolerance.slack},
@@ -154,6 +169,31 @@ def add_ratios(results: dict[str, dict[str, Any]]) -> None:
                                   if r["peak_mem_gib"] and eager["peak_mem_gib"] else None)
 
 
+_MEDIANS = ("tokens_per_s", "step_time_s", "tokens_per_s_per_device", "mfu", "tokens_per_s_vs_eager",
+            "peak_mem_vs_eager")
+_WORST = ("peak_mem_gib", "first_loss_gap_vs_eager", "max_loss_gap_vs_eager")
+
+
+def combine_rounds(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Rounds of :func:`add_ratios` results -> one result per arm: the median of the speed figures and
+    of the per-round ratios, the largest peak memory and loss gaps, the first round's losses and grad
+    norms, and ``runs`` (each round's speed and memory). One round is returned with ``runs`` added."""
+    combined: dict[str, dict[str, Any]] = {}
+    for arm, first in rounds[0].items():
+        runs = [r[arm] for r in rounds]
+        merged = dict(first)
+        for key in _MEDIANS:
+            values = [r[key] for r in runs if r.get(key) is not None]
+            merged[key] = statistics.median(values) if values else None
+        for key in _WORST:
+            values = [r[key] for r in runs if r.get(key) is not None]
+            merged[key] = max(values) if values else None
+        merged["runs"] = [{k: r.get(k) for k in ("tokens_per_s", "tokens_per_s_vs_eager", "step_time_s",
+                                                    "peak_mem_gib", "mfu")} for r in runs]
+        combined[arm] = merged
+    return combined
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     """The bench result as a markdown table."""
     lines = ["| arm | median step (ms) | tokens/s | vs eager | tokens/s per device | peak memory (GiB) | vs eager "
@@ -167,6 +207,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {arm} | {step} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s_vs_eager']:.2f}x | "
                      f"{r['tokens_per_s_per_device']:,.0f} | {mem} | {mem_ratio} | {mfu} | "
                      f"{r['first_loss_gap_vs_eager']:.1e} | {r['max_loss_gap_vs_eager']:.1e} |")
+    if result.get("repeats", 1) > 1:
+        lines += ["", f"Medians of {result['repeats']} rounds (every arm once per round); speed ratio per round:"]
+        lines += [f"- {arm}: " + ", ".join(f"{run['tokens_per_s_vs_eager']:.3f}x" for run in r["runs"])
+                  for arm, r in result["arms"].items() if arm != "eager"]
     return "\n".join(lines)
 
 
@@ -175,7 +219,8 @@ def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     record, table = out / "bench.json", out / "bench.md"
     record.write_text(json.dumps(result, indent=2))
-    text = (f"{result['config']}, {result['steps']} steps ({result['warmup']} warm-up excluded)\n\n"
+    rounds = f", {result['repeats']} rounds" if result.get("repeats", 1) > 1 else ""
+    text = (f"{result['config']}, {result['steps']} steps ({result['warmup']} warm-up excluded){rounds}\n\n"
             + to_markdown(result) + "\n")
     if result.get("recommendation"):
         text += "\n" + Recommendation.from_dict(result["recommendation"]).markdown() + "\n"

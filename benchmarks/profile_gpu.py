@@ -1,0 +1,145 @@
+"""GPU: where a training step's time goes, per arm: CUDA kernel time by kind, from torch.profiler.
+
+Each arm trains the recipe in its own process (Liger's patches are process-wide) for ``--warmup``
+steps, then ``--active`` steps under ``torch.profiler``. Kernel times are summed by kind (matmul,
+attention, Inductor/Triton fused kernels, Liger's kernels, loss, optimizer, embedding, copies) and
+reported per step, with the step's wall time and the part of it no kernel ran (launch and Python
+overhead, synchronisation). The top kernels by time are listed too.
+
+    python benchmarks/profile_gpu.py --out profile.json [--recipe qwen3] [--arms eager,compile_fused,liger_compile_fused]
+        [--set KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "PROFILE_JSON "
+
+# kind -> substrings of a kernel's name (lower case); the first kind that matches wins, in this order
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("flash", "fmha", "attention", "attn", "cudnn", "sdpa")),
+    ("loss", ("cross_entropy", "log_softmax", "softmax", "nll_loss", "element_mul")),
+    ("liger", ("liger", "_rms_norm", "_layer_norm", "_swiglu", "_geglu", "_rope", "_triton_rope")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "sm100_", "wgmma", "matmul")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "clip", "norm_kernel", "lpnorm")),
+    ("embedding", ("embedding", "index_select", "indexselect", "index_put", "indexput", "radix", "sort",
+                   "scatter", "gather")),
+    ("inductor_fused", ("triton_",)),
+    ("aten_pointwise", ("copy", "memcpy", "memset", "fill", "cat", "elementwise_kernel", "vectorized_elementwise",
+                   "unrolled_elementwise", "reduce_kernel")),
+)
+
+
+def kind_of(kernel: str) -> str:
+    """The kind of a CUDA kernel, from its name (``other`` when none matches)."""
+    name = kernel.lower()
+    for kind, needles in KINDS:
+        if any(n in name for n in needles):
+            return kind
+    return "other"
+
+
+def summarize_kernels(kernels: list[tuple[str, float]], steps: int, wall_ms: float, top: int = 25) -> dict[str, Any]:
+    """(kernel name, microseconds) over ``steps`` profiled steps of ``wall_ms`` total -> per-step times by
+    kind, the share of the step no kernel covered, and the ``top`` kernels."""
+    by_kind: dict[str, float] = defaultdict(float)
+    by_name: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for name, us in kernels:
+        by_kind[kind_of(name)] += us
+        by_name[name] += us
+        count[name] += 1
+    kernel_ms = sum(by_kind.values()) / 1e3 / steps
+    step_ms = wall_ms / steps
+    return {
+        "steps": steps, "step_ms": step_ms, "kernel_ms": kernel_ms, "no_kernel_ms": step_ms - kernel_ms,
+        "kinds_ms": {k: v / 1e3 / steps for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "kinds_share": {k: v / 1e3 / steps / step_ms for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "top": [{"kernel": n[:160], "kind": kind_of(n), "ms_per_step": us / 1e3 / steps, "calls_per_step": count[n] / steps}
+                for n, us in sorted(by_name.items(), key=lambda kv: -kv[1])[:top]],
+    }
+
+
+def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, active: int) -> dict[str, Any]:
+    """In this process: train ``arm`` for warmup + active steps, the last ``active`` under the profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from ligerkit.train.arms import ARMS
+    from ligerkit.train.loading import load_engine
+    from ligerkit.train.trainer import Trainer
+
+    lines = [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={warmup + active}", "train.progress=false"]
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                   schedule=schedule(wait=max(warmup - 1, 0), warmup=1 if warmup else 0, active=active))
+    walls: list[float] = []
+
+    class Profiled(Trainer):
+        def _after_step(self, step, start, model, optimizer, device, stop):  # type: ignore[no-untyped-def]
+            super()._after_step(step, start, model, optimizer, device, stop)
+            prof.step()
+
+        def _timed_step(self, step, *args, **kwargs):  # type: ignore[no-untyped-def]
+            began = time.perf_counter()
+            metrics = super()._timed_step(step, *args, **kwargs)
+            if step >= warmup:
+                walls.append((time.perf_counter() - began) * 1e3)
+            return metrics
+
+    with prof:
+        result = Profiled(load_engine(config, lines)).train()
+    kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    out = summarize_kernels(kernels, active, sum(walls))
+    timed = [s.step_time_s * 1e3 for s in result.steps[warmup:]]
+    out.update(arm=arm, lines=lines, trainer_step_ms=timed, mfu=[s.mfu for s in result.steps[warmup:]],
+               swaps=len(result.report.patched) if result.report is not None else 0)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--recipe", default="qwen3")
+    parser.add_argument("--arms", default="eager,compile_fused,liger_compile_fused")
+    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--active", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one arm, in this process
+    args = parser.parse_args()
+    config = ROOT / "recipes" / args.recipe / "configs" / "gpu.yaml"
+    if args.child:
+        print(MARK + json.dumps(profile_arm(config, args.child, args.set, args.warmup, args.active)), flush=True)
+        return
+    result: dict[str, Any] = {"recipe": args.recipe, "overrides": args.set, "arms": {}}
+    for arm in args.arms.split(","):
+        cmd = [sys.executable, __file__, "--out", args.out, "--recipe", args.recipe, "--warmup", str(args.warmup),
+               "--active", str(args.active), "--child", arm, *[x for s in args.set for x in ("--set", s)]]
+        began = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            result["arms"][arm] = {"error": proc.stderr[-3000:]}
+        else:
+            result["arms"][arm] = json.loads(proc.stdout[proc.stdout.rindex(MARK) + len(MARK):])
+        result["arms"][arm]["seconds"] = round(time.perf_counter() - began, 1)
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        r = result["arms"][arm]
+        if "error" in r:
+            print(f"{arm}: FAILED\n{r['error']}", flush=True)
+            continue
+        kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["kinds_ms"].items())
+        print(f"{arm}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms']:.1f} ms, no kernel {r['no_kernel_ms']:.1f} ms;"
+              f" {kinds}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
