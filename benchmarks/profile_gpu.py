@@ -125,7 +125,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--out", args.out, "--recipe", args.recipe, "--warmup", str(args.warmup),
                "--active", str(args.active), "--child", arm, *[x for s in args.set for x in ("--set", s)]]
         began = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             result["arms"][arm] = {"error": proc.stderr[-3000:]}
         else:
