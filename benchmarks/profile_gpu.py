@@ -97,8 +97,11 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
 
     with prof:
         result = Profiled(load_engine(config, lines)).train()
+    # device events are kernels, memcpys and memsets, plus the GPU-side spans of annotations (the
+    # profiler's step, the optimizer's step), which cover kernels already counted
     kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+               if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+               and not e.name.startswith(("ProfilerStep", "Optimizer."))]
     out = summarize_kernels(kernels, active, sum(walls))
     timed = [s.step_time_s * 1e3 for s in result.steps[warmup:]]
     out.update(arm=arm, lines=lines, trainer_step_ms=timed, mfu=[s.mfu for s in result.steps[warmup:]],
