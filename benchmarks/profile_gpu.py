@@ -105,6 +105,7 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
     out = summarize_kernels(kernels, active, sum(walls))
     timed = [s.step_time_s * 1e3 for s in result.steps[warmup:]]
     out.update(arm=arm, lines=lines, trainer_step_ms=timed, mfu=[s.mfu for s in result.steps[warmup:]],
+               peak_mem_gib=max((s.peak_mem_gib or 0.0) for s in result.steps),
                swaps=len(result.report.patched) if result.report is not None else 0)
     return out
 
