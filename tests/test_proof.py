@@ -192,6 +192,40 @@ def test_bench_repeats_runs_rounds_and_reports_medians_of_per_round_ratios(tmp_p
         B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=runner, repeats=0)
 
 
+def test_bench_hands_out_the_speed_results_before_the_gradient_pass_and_keeps_them_when_it_fails(tmp_path):
+    make = lambda overrides: run([1.0, 0.9], [1.0, 1.0], [200.0 if "liger" in _arm_of(overrides) else 100.0] * 2,  # noqa: E731
+                                 1.0)
+
+    def gradients(names):
+        raise LigerKitError("out of memory")
+
+    with pytest.raises(LigerKitError, match="out of memory"):
+        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
+                gradients=gradients, on_speed=lambda partial: B.write_outputs(partial, tmp_path))
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert record["complete"] is False and record["recommendation"] is None
+    assert record["arms"]["liger"]["tokens_per_s_vs_eager"] == pytest.approx(2.0)
+    assert "no recommendation" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_gradient_pass_uses_one_sample_and_turns_out_of_memory_into_advice(monkeypatch):
+    import torch
+
+    from ligerkit.proof import arm_grads
+
+    seen = {}
+
+    def fake(config, overrides, arms_, device, calls=1):
+        seen["overrides"], seen["arms"] = list(overrides), dict(arms_)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+
+    monkeypatch.setattr(arm_grads, "recipe_arm_grads", fake)
+    with pytest.raises(LigerKitError, match="--no-grads"):
+        B.recipe_gradients(GPU_CONFIG, ["train.micro_batch_size=4"], "cuda")(["eager", "liger_compile"])
+    assert seen["overrides"][-2:] == ["train.micro_batch_size=1", "train.arm=null"]
+    assert seen["arms"]["liger_compile"].compiled and not seen["arms"]["eager"].compiled
+
+
 def test_bench_help_shows_the_recommendation_options():
     result = CliRunner().invoke(app, ["bench", "--help"], env={"COLUMNS": "80"})
     text = " ".join(result.stdout.split())

@@ -185,7 +185,8 @@ def bench(
     """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager;
     then the arm to train with.
 
-    After the arms, this process takes every arm's step-1 gradients on one GPU against a float32 run
+    After the arms (whose table is written first), this process takes every arm's step-1 gradients on
+    one sample on one GPU against a float32 run
     (each parameter within GRAD_FACTOR x the reference arm's error + GRAD_SLACK; the reference is
     eager, or compile for compiled arms). The recommendation, printed last and written to bench.json
     and bench.md, is the fastest arm whose per-step loss stays within --loss-tolerance of eager's and
@@ -220,7 +221,7 @@ def bench(
             result = B.bench(config, chosen, steps, warmup, overrides, default_runner(),
                              on_arm=lambda arm: progress.advance(task), nproc=nproc,
                              loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance,
-                             repeats=repeats)
+                             repeats=repeats, on_speed=lambda partial: B.write_outputs(partial, Path(out_dir)))
         files = B.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)

@@ -100,13 +100,16 @@ def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str
 def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
           on_arm: Callable[[str], None] | None = None, nproc: int = 1, *,
           loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
-          grad_tolerance: GradTolerance | None = None, repeats: int = 1) -> dict[str, Any]:
+          grad_tolerance: GradTolerance | None = None, repeats: int = 1,
+          on_speed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run every arm through ``runner`` (one process each, ``repeats`` rounds), compute ratios against
     eager, and recommend.
 
     ``gradients`` (called once, after the speed arms, with the arms whose step-1 gradients the rule
     needs) gives each arm's errors against float32; ``None`` skips the gradient rule, and the
     recommendation says so. ``on_arm`` is called after each arm's run and after the gradients.
+    ``on_speed`` gets the result of the speed arms alone (``complete: False``, no recommendation yet)
+    before the gradient pass, so a caller can keep them should that pass fail.
     """
     check_run_options(steps, warmup, nproc, repeats)
     check_loss_tolerance(loss_tolerance)
@@ -125,6 +128,10 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
         add_ratios(results)
         rounds.append(results)
     results = combine_rounds(rounds)
+    head = {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "repeats": repeats,
+            "arms": results, "loss_tolerance": loss_tolerance}
+    if on_speed is not None:
+        on_speed({**head, "complete": False, "gradients": None, "recommendation": None})
     checks = None
     if gradients is not None:
         checks = check_gradients(gradients(gradient_arms(arms)), grad_tolerance)
@@ -132,9 +139,7 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
             on_arm("gradients")
     pick = recommend({a: r["tokens_per_s"] for a, r in results.items()},
                      {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks)
-    return {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "repeats": repeats,
-            "arms": results,
-            "loss_tolerance": loss_tolerance,
+    return {**head, "complete": True,
             "gradients": None if checks is None else {
                 "tolerance": {"factor": grad_tolerance.factor, "slack": grad_tolerance.slack},
                 "arms": {a: {"reference": c.reference, "passed": c.passed, "reason": c.reason,
@@ -144,14 +149,25 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
 
 def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> GradientsFn:
     """The real gradient pass: :func:`ligerkit.proof.arm_grads.recipe_arm_grads` in this process on
-    ``device`` (one forward and backward per arm on the recipe's first micro-batch), with the recipe's
-    ``train.arm`` cleared so the float32 truth and every arm are exactly the lines given."""
+    ``device`` (one forward and backward per arm on the recipe's first sample: ``train.micro_batch_size=1``,
+    so the float32 truth fits beside the arms at a training shape), with the recipe's ``train.arm``
+    cleared so the float32 truth and every arm are exactly the lines given. Running out of GPU memory
+    is a :class:`LigerKitError` that says what to change."""
 
     def run(names: Sequence[str]) -> Mapping[str, GradErrors]:
+        import torch
+
         from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
 
         arms = {name: Arm(ARMS[name], compiled=is_compiled(name)) for name in names}
-        return recipe_arm_grads(config, [*overrides, "train.arm=null"], arms, device, calls=1)
+        try:
+            return recipe_arm_grads(config, [*overrides, "train.micro_batch_size=1", "train.arm=null"], arms,
+                                    device, calls=1)
+        except torch.OutOfMemoryError as exc:
+            raise LigerKitError(
+                "the step-1 gradient check (a float32 copy of the model and each arm, one sample) ran out of "
+                f"GPU memory ({str(exc).splitlines()[0]}). The speed results are written; rerun with --no-grads, "
+                "or check gradients at a shorter data.seq_len with `ligerkit smoke`") from None
 
     return run
 
@@ -224,5 +240,8 @@ def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
             + to_markdown(result) + "\n")
     if result.get("recommendation"):
         text += "\n" + Recommendation.from_dict(result["recommendation"]).markdown() + "\n"
+    elif result.get("complete") is False:
+        text += ("\nSpeed arms only: the step-1 gradient check (run after them) has not finished, so there "
+                 "is no recommendation.\n")
     table.write_text(text)
     return [record, table]
