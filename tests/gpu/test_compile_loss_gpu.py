@@ -11,6 +11,13 @@ The three run side by side on one GPU (loss values do not depend on what else th
 ``train.micro_batch_size=2``: the same global batch in more micro-batches (qwen3 then also runs two per
 step, the case where compiling inline overwrote norm weights), so the three fit in memory together.
 ``LIGERKIT_RESULTS_DIR`` set: each recipe's losses and gaps are written there.
+
+diffllama is a strict expected failure, measured on the H200 on 2026-12-01 (docs/benchmarks.md,
+"Compile over Liger"): compiling moves its loss away from eager's by 1.18e-2 without Liger and
+1.37e-2 with it (the two compiled runs stay within 2.0e-3 of each other), because eager's bf16
+differential attention is the outlier: against a float32 run of the same 20 steps, the compiled arms
+are the closest (step 1: 1.9e-4 and 1.7e-4 against eager's 3.6e-3). Strict: should the claim start to
+hold there, the test says so.
 """
 
 from __future__ import annotations
@@ -25,7 +32,11 @@ import pytest
 from ligerkit.proof.arms import loss_gap, run_arm
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = sorted(p.parent.name for p in ROOT.glob("recipes/*/configs"))
+EAGER_IS_THE_OUTLIER = pytest.mark.xfail(
+    strict=True, reason="diffllama: compile moves the loss from bf16 eager by ~1.2e-2 with or without Liger; "
+                        "eager's differential attention rounding is the outlier against float32 (measured 2026-12-01)")
+RECIPES = [pytest.param(name, marks=EAGER_IS_THE_OUTLIER) if name == "diffllama" else name
+           for name in sorted(p.parent.name for p in ROOT.glob("recipes/*/configs"))]
 COMMON = ["train.micro_batch_size=2", "train.progress=false", "train.arm=null"]
 ARMS = {
     "eager": ["model.liger_kernel.enabled=false", "train.compile=false"],
