@@ -185,11 +185,31 @@ def test_bench_repeats_runs_rounds_and_reports_medians_of_per_round_ratios(tmp_p
     assert liger["tokens_per_s_vs_eager"] == pytest.approx(1.5) and liger["tokens_per_s"] == 150.0
     assert result["arms"]["eager"]["tokens_per_s"] == 100.0  # median of 100, 120, 90
     assert liger["max_loss_gap_vs_eager"] == pytest.approx(0.005)  # the worst round
+    assert [r["max_loss_gap_vs_eager"] for r in liger["runs"]] == pytest.approx([0.0, 0.005, 0.0])
     assert result["recommendation"]["arm"] == "liger"
+    assert result["recommendation"]["tokens_per_s_vs_eager"] == pytest.approx(1.5)
     text = B.write_outputs(result, tmp_path)[1].read_text()
     assert "3 rounds" in text and "- liger: 1.500x, 1.500x, 1.667x" in text
     with pytest.raises(LigerKitError, match="--repeats"):
         B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=runner, repeats=0)
+
+
+def test_bench_ranks_arms_by_the_median_of_per_round_ratios_not_a_ratio_of_medians():
+    # eager runs at 100, 200, 100; liger at 1.5x in every round; liger_fused at 1.4x, 1.45x, 1.6x:
+    # its median speed (160) over eager's (100) says 1.6x, its median round says 1.45x
+    speeds = {"eager": [100.0, 200.0, 100.0], "liger": [150.0, 300.0, 150.0], "liger_fused": [140.0, 290.0, 160.0]}
+    counters = {arm: iter(v) for arm, v in speeds.items()}
+
+    def make(overrides):
+        return run([1.0, 0.9], [1.0, 1.0], [next(counters[_arm_of(overrides)])] * 2, 1.0)
+
+    result = B.bench(GPU_CONFIG, ["eager", "liger", "liger_fused"], steps=2, warmup=0, overrides=[],
+                     runner=FakeRunner(make), repeats=3)
+    fused = result["arms"]["liger_fused"]
+    assert fused["tokens_per_s"] / result["arms"]["eager"]["tokens_per_s"] == pytest.approx(1.6)
+    assert fused["tokens_per_s_vs_eager"] == pytest.approx(1.45)
+    assert result["recommendation"]["arm"] == "liger"  # 1.5x every round beats a median round of 1.45x
+    assert result["recommendation"]["tokens_per_s_vs_eager"] == pytest.approx(1.5)
 
 
 def test_bench_hands_out_the_speed_results_before_the_gradient_pass_and_keeps_them_when_it_fails(tmp_path):
@@ -217,13 +237,30 @@ def test_bench_gradient_pass_uses_one_sample_and_turns_out_of_memory_into_advice
 
     def fake(config, overrides, arms_, device, calls=1):
         seen["overrides"], seen["arms"] = list(overrides), dict(arms_)
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        except torch.OutOfMemoryError as exc:  # as torch.compile re-raises it: wrapped
+            raise RuntimeError("backend='inductor' raised: OutOfMemoryError") from exc
 
     monkeypatch.setattr(arm_grads, "recipe_arm_grads", fake)
     with pytest.raises(LigerKitError, match="--no-grads"):
         B.recipe_gradients(GPU_CONFIG, ["train.micro_batch_size=4"], "cuda")(["eager", "liger_compile"])
-    assert seen["overrides"][-2:] == ["train.micro_batch_size=1", "train.arm=null"]
+    assert seen["overrides"] == ["train.micro_batch_size=4", "train.micro_batch_size=1", "data.pad_every=1",
+                                 "train.arm=null"]
     assert seen["arms"]["liger_compile"].compiled and not seen["arms"]["eager"].compiled
+    # the lines load, and the one sample they leave is right-padded
+    from ligerkit.train.loading import load_engine
+
+    engine = load_engine(GPU_CONFIG, seen["overrides"])
+    batch = engine.make_batch(0, engine.config.train.micro_batch_size, 151936)
+    assert batch["input_ids"].shape[0] == 1 and int(batch["attention_mask"].sum()) < batch["input_ids"].shape[1]
+
+    def other(*args, **kwargs):
+        raise ValueError("not a memory problem")
+
+    monkeypatch.setattr(arm_grads, "recipe_arm_grads", other)
+    with pytest.raises(ValueError, match="not a memory problem"):
+        B.recipe_gradients(GPU_CONFIG, [], "cuda")(["eager"])
 
 
 def test_bench_help_shows_the_recommendation_options():

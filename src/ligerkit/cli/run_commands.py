@@ -164,8 +164,9 @@ def bench(
     steps: Annotated[int, typer.Option(metavar="N", help="Training steps per arm.")] = 20,
     warmup: Annotated[int, typer.Option(metavar="N", help="First steps excluded from timing.")] = 5,
     repeats: Annotated[int, typer.Option(
-        metavar="N", help="Rounds: every arm runs N times (eager first in each round); figures are medians "
-                          "of the runs, speed ratios the median of per-round ratios.")] = 1,
+        metavar="N", help="Rounds: every arm runs N times (eager first in each round); speed and MFU are "
+                          "medians of the runs, speed ratios the median of per-round ratios, peak memory and "
+                          "loss gaps the worst round's.")] = 1,
     set_: Annotated[list[str] | None, set_option("Config override for every arm", "--set data.seq_len=1024")] = None,
     nproc: Annotated[int, typer.Option(metavar="N", help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
     loss_tolerance: Annotated[float, typer.Option(

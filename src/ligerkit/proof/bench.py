@@ -3,9 +3,10 @@
 Each arm (``ligerkit.train.arms``) is its own training process from the same config, seed and data;
 warm-up steps are excluded; the median step gives tokens/s, and the run's peak memory and median MFU
 are reported, with ratios against the eager arm measured in the same invocation. With ``repeats``
-> 1 the arms run in rounds (every arm once per round, eager first); an arm's figures are the medians
-of its runs, its speed ratio the median of the per-round ratios (each against the eager run of its
-own round), its loss gaps the largest of any round. Then, in the bench
+> 1 the arms run in rounds (every arm once per round, eager first); an arm's speed and MFU are the
+medians of its runs, its speed ratio (what the recommendation ranks by) the median of the per-round
+ratios (each against the eager run of its own round), its peak memory and loss gaps the largest of
+any round. Then, in the bench
 process, every arm's step-1 gradients are compared with a float32 run (``ligerkit.proof.arm_grads``,
 skipped with ``--no-grads``), and ``ligerkit.proof.recommend`` picks the fastest arm within the loss
 and gradient tolerances.
@@ -137,7 +138,9 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
         checks = check_gradients(gradients(gradient_arms(arms)), grad_tolerance)
         if on_arm is not None:
             on_arm("gradients")
-    pick = recommend({a: r["tokens_per_s"] for a, r in results.items()},
+    # ranked by each arm's speed relative to eager (eager is 1.0): with several rounds that is the
+    # median of the per-round ratios, the figure the table shows, not a ratio of median speeds
+    pick = recommend({a: r["tokens_per_s_vs_eager"] for a, r in results.items()},
                      {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks)
     return {**head, "complete": True,
             "gradients": None if checks is None else {
@@ -149,9 +152,11 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
 
 def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> GradientsFn:
     """The real gradient pass: :func:`ligerkit.proof.arm_grads.recipe_arm_grads` in this process on
-    ``device`` (one forward and backward per arm on the recipe's first sample: ``train.micro_batch_size=1``,
-    so the float32 truth fits beside the arms at a training shape), with the recipe's ``train.arm``
-    cleared so the float32 truth and every arm are exactly the lines given. Running out of GPU memory
+    ``device``: one forward and backward per arm on the recipe's first sample
+    (``train.micro_batch_size=1``, so a float32 copy of the model fits on the GPU at the training
+    sequence length), right-padded (``data.pad_every=1``; generated data only) so ignored labels and
+    padding are in the check, with the recipe's ``train.arm`` cleared so the float32 truth and every
+    arm are exactly the lines given. Running out of GPU memory (also when a compiler wraps the error)
     is a :class:`LigerKitError` that says what to change."""
 
     def run(names: Sequence[str]) -> Mapping[str, GradErrors]:
@@ -161,15 +166,37 @@ def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> Gra
 
         arms = {name: Arm(ARMS[name], compiled=is_compiled(name)) for name in names}
         try:
-            return recipe_arm_grads(config, [*overrides, "train.micro_batch_size=1", "train.arm=null"], arms,
-                                    device, calls=1)
-        except torch.OutOfMemoryError as exc:
+            return recipe_arm_grads(config, [*overrides, *GRADIENT_PASS_LINES], arms, device, calls=1)
+        except Exception as exc:
+            oom = _out_of_memory(exc)
+            if oom is None:
+                raise
             raise LigerKitError(
                 "the step-1 gradient check (a float32 copy of the model and each arm, one sample) ran out of "
-                f"GPU memory ({str(exc).splitlines()[0]}). The speed results are written; rerun with --no-grads, "
-                "or check gradients at a shorter data.seq_len with `ligerkit smoke`") from None
+                f"GPU memory ({str(oom).splitlines()[0] if str(oom) else type(oom).__name__}). The speed results "
+                "are written; rerun with --no-grads, or check gradients at a shorter data.seq_len with "
+                "`ligerkit smoke`") from exc
 
     return run
+
+
+GRADIENT_PASS_LINES = ("train.micro_batch_size=1", "data.pad_every=1", "train.arm=null")
+"""What the bench's gradient pass sets after the user's lines: one sample, right-padded, no arm."""
+
+
+def _out_of_memory(exc: BaseException) -> BaseException | None:
+    """``exc`` or the error it wraps (``__cause__`` / ``__context__``, as torch.compile re-raises) when
+    it is a CUDA out-of-memory error, else ``None``."""
+    import torch
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, torch.OutOfMemoryError) or "CUDA out of memory" in str(current):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def add_ratios(results: dict[str, dict[str, Any]]) -> None:
@@ -185,15 +212,16 @@ def add_ratios(results: dict[str, dict[str, Any]]) -> None:
                                   if r["peak_mem_gib"] and eager["peak_mem_gib"] else None)
 
 
-_MEDIANS = ("tokens_per_s", "step_time_s", "tokens_per_s_per_device", "mfu", "tokens_per_s_vs_eager",
-            "peak_mem_vs_eager")
+_MEDIANS = ("tokens_per_s", "step_time_s", "tokens_per_s_per_device", "mfu", "tokens_per_s_vs_eager")
 _WORST = ("peak_mem_gib", "first_loss_gap_vs_eager", "max_loss_gap_vs_eager")
+_PER_RUN = ("tokens_per_s", "tokens_per_s_vs_eager", "step_time_s", "peak_mem_gib", "mfu", "max_loss_gap_vs_eager")
 
 
 def combine_rounds(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Rounds of :func:`add_ratios` results -> one result per arm: the median of the speed figures and
-    of the per-round ratios, the largest peak memory and loss gaps, the first round's losses and grad
-    norms, and ``runs`` (each round's speed and memory). One round is returned with ``runs`` added."""
+    of the per-round speed ratios; the largest peak memory and loss gaps of any round, and the memory
+    ratio of those peaks; the first round's losses and grad norms; and ``runs``, each round's own
+    figures (its loss gap included). One round is returned as it was, with ``runs`` added."""
     combined: dict[str, dict[str, Any]] = {}
     for arm, first in rounds[0].items():
         runs = [r[arm] for r in rounds]
@@ -204,9 +232,12 @@ def combine_rounds(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[st
         for key in _WORST:
             values = [r[key] for r in runs if r.get(key) is not None]
             merged[key] = max(values) if values else None
-        merged["runs"] = [{k: r.get(k) for k in ("tokens_per_s", "tokens_per_s_vs_eager", "step_time_s",
-                                                    "peak_mem_gib", "mfu")} for r in runs]
+        merged["runs"] = [{k: r.get(k) for k in _PER_RUN} for r in runs]
         combined[arm] = merged
+    eager_peak = combined["eager"]["peak_mem_gib"]
+    for merged in combined.values():
+        merged["peak_mem_vs_eager"] = (merged["peak_mem_gib"] / eager_peak
+                                       if merged["peak_mem_gib"] and eager_peak else None)
     return combined
 
 
