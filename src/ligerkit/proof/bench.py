@@ -6,10 +6,9 @@ are reported, with ratios against the eager arm measured in the same invocation.
 > 1 the arms run in rounds (every arm once per round, eager first); an arm's speed and MFU are the
 medians of its runs, its speed ratio (what the recommendation ranks by) the median of the per-round
 ratios (each against the eager run of its own round), its peak memory and loss gaps the largest of
-any round. Then, in the bench
-process, every arm's step-1 gradients are compared with a float32 run (``ligerkit.proof.arm_grads``,
-skipped with ``--no-grads``), and ``ligerkit.proof.recommend`` picks the fastest arm within the loss
-and gradient tolerances.
+any round. Then, in the bench process, every arm's step-1 gradients are compared with a float32 run
+(``ligerkit.proof.arm_grads``, skipped with ``--no-grads``), and ``ligerkit.proof.recommend`` picks
+the fastest arm within the loss and gradient tolerances.
 
 Each arm's process gets the arm's lines and ``train.arm=<arm>`` after the user's ``--set`` lines, so
 the arm wins over a ``train.arm`` the recipe config sets, and each run's config.yaml names its arm.
@@ -160,8 +159,6 @@ def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> Gra
     is a :class:`LigerKitError` that says what to change."""
 
     def run(names: Sequence[str]) -> Mapping[str, GradErrors]:
-        import torch
-
         from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
 
         arms = {name: Arm(ARMS[name], compiled=is_compiled(name)) for name in names}
@@ -255,7 +252,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                      f"{r['tokens_per_s_per_device']:,.0f} | {mem} | {mem_ratio} | {mfu} | "
                      f"{r['first_loss_gap_vs_eager']:.1e} | {r['max_loss_gap_vs_eager']:.1e} |")
     if result.get("repeats", 1) > 1:
-        lines += ["", f"Medians of {result['repeats']} rounds (every arm once per round); speed ratio per round:"]
+        lines += ["", f"Medians of {result['repeats']} rounds (every arm once per round; peak memory and loss gaps: "
+                      "the worst round's); speed ratio per round:"]
         lines += [f"- {arm}: " + ", ".join(f"{run['tokens_per_s_vs_eager']:.3f}x" for run in r["runs"])
                   for arm, r in result["arms"].items() if arm != "eager"]
     return "\n".join(lines)

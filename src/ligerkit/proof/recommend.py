@@ -200,6 +200,9 @@ def recommend(tokens_per_s: Mapping[str, float], loss_gaps: Mapping[str, float],
               grads: Mapping[str, GradCheck] | None) -> Recommendation:
     """The fastest arm of ``tokens_per_s`` within both rules (ties: the first given), else ``eager``.
 
+    ``tokens_per_s`` holds each arm's speed, absolute or already relative to eager (the bench passes
+    the median of its per-round ratios, so eager's is 1.0); the ratios reported divide by eager's.
+
     ``loss_gaps`` holds each arm's largest per-step absolute loss gap against eager; ``grads`` each
     arm's :class:`GradCheck`, or ``None`` when gradients were not checked (then only the loss rule
     applies, and the recommendation says so). An arm missing from ``grads`` fails the gradient rule.
