@@ -252,8 +252,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                      f"{r['tokens_per_s_per_device']:,.0f} | {mem} | {mem_ratio} | {mfu} | "
                      f"{r['first_loss_gap_vs_eager']:.1e} | {r['max_loss_gap_vs_eager']:.1e} |")
     if result.get("repeats", 1) > 1:
-        lines += ["", f"Medians of {result['repeats']} rounds (every arm once per round; peak memory and loss gaps: "
-                      "the worst round's); speed ratio per round:"]
+        lines += ["", (f"Medians of {result['repeats']} rounds (every arm once per round; peak memory and loss "
+                       "gaps: the worst round's); speed ratio per round:")]
         lines += [f"- {arm}: " + ", ".join(f"{run['tokens_per_s_vs_eager']:.3f}x" for run in r["runs"])
                   for arm, r in result["arms"].items() if arm != "eager"]
     return "\n".join(lines)
