@@ -7,13 +7,18 @@ reported per step, with the trainer's own step time (data generation excluded) a
 no kernel ran (the host launching work, synchronisation, and profiler overhead). The top kernels by time are listed too.
 
     python benchmarks/profile_gpu.py --out profile.json [--recipe qwen3] [--arms eager,compile_fused,liger_compile_fused]
-        [--set KEY=VALUE ...]
+        [--nproc 2] [--set KEY=VALUE ...]
+
+With ``--nproc`` > 1 each arm trains under torchrun with FSDP2 and rank 0 is profiled; NCCL kernels
+are the ``communication`` kind, and the time they run with no compute kernel beside them is reported
+(``exposed_communication_ms``): what the overlap of all-gathers and reduce-scatters fails to hide.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +33,7 @@ MARK = "PROFILE_JSON "
 LIGER_PREFIXES = ("_rms_norm_", "_layer_norm_forward", "_layer_norm_backward", "_swiglu_", "_geglu_",
                   "_triton_rope", "_triton_qwen2vl_mrope", "liger_", "_fused_linear", "_jsd_", "_kldiv_")
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("communication", ("nccl",)),
     ("attention", ("flash", "fmha", "sdpa", "attention", "attn", "cudnn::fusion")),
     ("loss", ("cross_entropy", "nll_loss", "logsoftmax", "log_softmax", "element_mul_kernel")),
     ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "sm100_", "wgmma", "matmul")),
@@ -51,21 +57,45 @@ def kind_of(kernel: str) -> str:
     return "other"
 
 
-def summarize_kernels(kernels: list[tuple[str, float]], steps: int, wall_ms: float, top: int = 25) -> dict[str, Any]:
-    """(kernel name, microseconds) over ``steps`` profiled steps of ``wall_ms`` total (the trainer's own
-    step times: data generation excluded) -> per-step times by kind, the time no kernel ran, and the
-    ``top`` kernels."""
+def union_us(spans: list[tuple[float, float]]) -> float:
+    """Total length of the union of ``(start, end)`` spans."""
+    total, reach = 0.0, -float("inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def exposed_us(spans: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+    """How much of the union of ``spans`` no span of ``cover`` overlaps (communication not hidden
+    behind compute, on GPUs that run them on separate streams)."""
+    return union_us(spans) - (union_us(spans + cover) - union_us(cover))
+
+
+def summarize_kernels(kernels: list[tuple[str, float, float]], steps: int, wall_ms: float,
+                      top: int = 25) -> dict[str, Any]:
+    """(kernel name, start, end in microseconds) over ``steps`` profiled steps of ``wall_ms`` total (the
+    trainer's own step times: data generation excluded) -> per-step times by kind, the time some kernel
+    ran (streams overlap, so it is less than the sum), the time none ran, the communication not
+    overlapped by compute, and the ``top`` kernels."""
     by_kind: dict[str, float] = defaultdict(float)
     by_name: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
-    for name, us in kernels:
-        by_kind[kind_of(name)] += us
-        by_name[name] += us
+    comm: list[tuple[float, float]] = []
+    compute: list[tuple[float, float]] = []
+    for name, start, end in kernels:
+        kind = kind_of(name)
+        by_kind[kind] += end - start
+        by_name[name] += end - start
         count[name] += 1
+        (comm if kind == "communication" else compute).append((start, end))
     kernel_ms = sum(by_kind.values()) / 1e3 / steps
+    busy_ms = union_us(comm + compute) / 1e3 / steps
     step_ms = wall_ms / steps
     return {
-        "steps": steps, "step_ms": step_ms, "kernel_ms": kernel_ms, "no_kernel_ms": step_ms - kernel_ms,
+        "steps": steps, "step_ms": step_ms, "kernel_ms": kernel_ms, "busy_ms": busy_ms,
+        "no_kernel_ms": step_ms - busy_ms, "exposed_communication_ms": exposed_us(comm, compute) / 1e3 / steps,
         "kinds_ms": {k: v / 1e3 / steps for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "kinds_share": {k: v / 1e3 / steps / step_ms for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "top": [{"kernel": n[:160], "kind": kind_of(n), "ms_per_step": us / 1e3 / steps, "calls_per_step": count[n] / steps}
@@ -95,7 +125,7 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
         result = Profiled(load_engine(config, lines)).train()
     # device events are kernels, memcpys and memsets, plus the GPU-side spans of annotations (the
     # profiler's step, the optimizer's step), which cover kernels already counted
-    kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+    kernels = [(e.name, float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
                and not e.name.startswith(("ProfilerStep", "Optimizer."))]
     timed = [s.step_time_s * 1e3 for s in result.steps[warmup:]]
@@ -109,20 +139,26 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--nproc", type=int, default=1, help="GPUs per arm (torchrun + FSDP2; rank 0 is profiled)")
     parser.add_argument("--recipe", default="qwen3")
+    parser.add_argument("--config", help="a config file instead of the recipe's configs/gpu.yaml")
     parser.add_argument("--arms", default="eager,compile_fused,liger_compile_fused")
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--active", type=int, default=3)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one arm, in this process
     args = parser.parse_args()
-    config = ROOT / "recipes" / args.recipe / "configs" / "gpu.yaml"
+    config = Path(args.config) if args.config else ROOT / "recipes" / args.recipe / "configs" / "gpu.yaml"
     if args.child:
-        print(MARK + json.dumps(profile_arm(config, args.child, args.set, args.warmup, args.active)), flush=True)
+        profiled = profile_arm(config, args.child, args.set, args.warmup, args.active)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(MARK + json.dumps(profiled), flush=True)
         return
-    result: dict[str, Any] = {"recipe": args.recipe, "overrides": args.set, "arms": {}}
+    result: dict[str, Any] = {"recipe": args.recipe, "overrides": args.set, "nproc": args.nproc, "arms": {}}
     for arm in args.arms.split(","):
-        cmd = [sys.executable, __file__, "--out", args.out, "--recipe", args.recipe, "--warmup", str(args.warmup),
+        launcher = [sys.executable] if args.nproc == 1 else [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}"]
+        cmd = [*launcher, __file__, "--out", args.out, "--recipe", args.recipe, "--config", str(config), "--warmup", str(args.warmup),
                "--active", str(args.active), "--child", arm, *[x for s in args.set for x in ("--set", s)]]
         began = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -137,8 +173,9 @@ def main() -> None:
             print(f"{arm}: FAILED\n{r['error']}", flush=True)
             continue
         kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["kinds_ms"].items())
-        print(f"{arm}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms']:.1f} ms, no kernel {r['no_kernel_ms']:.1f} ms;"
-              f" {kinds}", flush=True)
+        print(f"{arm}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms']:.1f} ms (busy {r['busy_ms']:.1f}), no kernel "
+              f"{r['no_kernel_ms']:.1f} ms, communication not overlapped {r['exposed_communication_ms']:.1f} ms; {kinds}",
+              flush=True)
 
 
 if __name__ == "__main__":
