@@ -249,6 +249,46 @@ def test_a_liger_kernel_without_an_operator_is_named(monkeypatch):
         kit.revert()
 
 
+def test_a_kernel_that_lives_beside_a_routed_one_but_runs_another_is_named(monkeypatch):
+    monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", "none")
+    kit = LigerKernelKit()
+    report = kit.apply(model_family="qwen3_moe", compile=True)
+    try:
+        assert any("LigerExperts" in line and "LigerFusedMoEFunction" in line for line in report.compile_inline), \
+            report.compile_inline
+        assert "swiglu" not in {s.name for s in report.compile_routes}  # nothing in qwen3_moe calls SiLU-mul
+    finally:
+        kit.revert()
+
+
+def test_a_liger_subclass_defined_inside_a_helper_is_routed_and_compiles_whole(monkeypatch):
+    # Liger's exaone4 helper swaps in a RMSNorm subclass defined inside the helper function
+    from transformers import Exaone4Config
+    from transformers.models.exaone4 import modeling_exaone4 as M
+
+    monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", "none")
+    cfg = Exaone4Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, vocab_size=256)
+    torch.manual_seed(0)
+    plain = M.Exaone4ForCausalLM(cfg)
+    ids = torch.randint(0, 256, (2, 16))
+    kit = LigerKernelKit()
+    report = kit.apply(model_family="exaone4", compile=True)
+    try:
+        assert report.compile_inline == () and {s.name for s in report.compile_routes} == {"rms_norm", "swiglu", "rope"}
+        patched = M.Exaone4ForCausalLM(cfg)
+        patched.load_state_dict(plain.state_dict())
+        assert type(patched.model.norm).__module__.startswith("liger_kernel")
+        for model in (plain, patched):
+            compile_layers(model, ("Exaone4DecoderLayer",), fullgraph=True)
+            model(input_ids=ids, labels=ids).loss.backward()
+        for (name, a), (_, b) in zip(plain.named_parameters(), patched.named_parameters(), strict=True):
+            assert _rel(b.grad, a.grad) < 1e-4, name
+    finally:
+        kit.revert()
+        reset_compiled()
+
+
 def test_the_recipe_engine_applies_in_compile_mode_only_with_train_compile(monkeypatch):
     monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", "none")
     config = ROOT / "recipes" / "custom_lm" / "configs" / "gpu.yaml"

@@ -139,6 +139,32 @@ def test_stand_ins_take_the_arguments_liger_passes():
     torch.testing.assert_close(routes.layer_norm(x, w, None, 1e-5), F.layer_norm(x, (16,), w, None, 1e-5))
 
 
+def test_what_a_liger_replacement_runs_is_read_from_its_code():
+    from liger_kernel.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm, LigerRMSNormForGemma2
+    from liger_kernel.transformers.rope import liger_rotary_pos_emb
+    from liger_kernel.transformers.swiglu import LigerExperts, LigerPhi3SwiGLUMLP, LigerSwiGLUMLP
+
+    def kernels(obj):
+        calls = routes.kernels_called(obj)
+        return [r.kernel for r in calls.routes], calls.unrouted
+
+    assert kernels(LigerRMSNormForGemma2) == (["rms_norm"], ())  # forward inherited from LigerRMSNorm
+    assert kernels(LigerSwiGLUMLP) == (["swiglu"], ())  # through Liger's module-level _swiglu_dispatch
+    assert kernels(LigerPhi3SwiGLUMLP) == (["swiglu"], ())
+    assert kernels(liger_rotary_pos_emb) == (["rope"], ())
+
+    class LocalNorm(LigerRMSNorm):  # as Liger's exaone4 helper defines one inside a function
+        pass
+
+    assert routes.kernels_called(LocalNorm).fully_routed
+    # lives beside the SwiGLU MLP, runs the fused-MoE kernel, which no operator serves
+    routed, unrouted = kernels(LigerExperts)
+    assert routed == [] and unrouted == ("liger_kernel.ops.fused_moe.LigerFusedMoEFunction",)
+    assert not routes.kernels_called(liger_multimodal_rotary_pos_emb).fully_routed
+    assert not routes.kernels_called(torch.nn.Linear).fully_routed  # runs no Liger kernel at all
+
+
 def test_routes_cover_liger_modules_by_where_they_live():
     assert routes.route_for("liger_kernel.transformers.rms_norm.LigerRMSNormForGemma2").kernel == "rms_norm"
     assert routes.route_for("liger_kernel.transformers.rope.liger_rotary_pos_emb").kernel == "rope"

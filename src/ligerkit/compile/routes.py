@@ -10,9 +10,13 @@ The rebinding is a swap like any other: recorded, process-wide, reverted with th
 
 from __future__ import annotations
 
+import inspect
+import sys
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ligerkit.compile import ops
@@ -108,5 +112,69 @@ ROUTES: tuple[Route, ...] = (
 
 
 def route_for(qualified: str) -> Route | None:
-    """The route serving a Liger replacement given by qualified name (``None``: no compile-mode operator)."""
+    """The route of the Liger module a replacement is defined in, by qualified name (``None``: none).
+
+    A name says where a replacement lives, not what it runs (``LigerExperts`` lives beside the SwiGLU
+    MLP and runs the fused-MoE kernel); :func:`kernels_called` reads what it runs."""
     return next((r for r in ROUTES if qualified.startswith(r.module + ".")), None)
+
+
+@dataclass(frozen=True)
+class KernelCalls:
+    """What a Liger replacement runs: the routes its kernels go through, and the Liger kernels (autograd
+    functions) it calls that no route serves, which torch.compile would trace inline."""
+
+    routes: tuple[Route, ...]
+    unrouted: tuple[str, ...]
+
+    @property
+    def fully_routed(self) -> bool:
+        """Every kernel it calls goes through a compile-mode operator (and it calls at least one)."""
+        return bool(self.routes) and not self.unrouted
+
+
+def kernels_called(replacement: object) -> KernelCalls:
+    """Read, from its code, which kernels a Liger replacement runs: a class's ``forward`` (inherited ones
+    included) or a function, following the module-level functions they call in Liger's modules. A
+    route counts when the code reads the route's rebound name from the module it is rebound in."""
+    entry = getattr(replacement, "forward", None) if isinstance(replacement, type) else replacement
+    routes: dict[str, Route] = {}
+    unrouted: dict[str, None] = {}
+    seen: set[int] = set()
+    todo = [entry] if callable(entry) else []
+    while todo:
+        fn = inspect.unwrap(todo.pop())
+        code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+        if code is None or scope is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        for name in _global_names(code):
+            route = next((r for r in ROUTES if r.attr == name and _module_dict(r.module) is scope), None)
+            value = scope.get(name)
+            if route is not None:
+                routes[route.kernel] = route
+            elif _is_liger_function(value):
+                unrouted[f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', name)}"] = None
+            elif inspect.isfunction(value) and str(getattr(value, "__module__", "")).startswith("liger_kernel."):
+                todo.append(value)
+    return KernelCalls(tuple(routes.values()), tuple(unrouted))
+
+
+def _global_names(code: CodeType) -> set[str]:
+    """Names a code object (and the code nested in it) may read as globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _module_dict(module: str) -> dict[str, Any] | None:
+    loaded = sys.modules.get(module)
+    return vars(loaded) if loaded is not None else None
+
+
+def _is_liger_function(value: object) -> bool:
+    """An autograd function of Liger's (what its modules call their Triton kernels through)."""
+    return (isinstance(value, type) and issubclass(value, torch.autograd.Function)
+            and str(getattr(value, "__module__", "")).startswith("liger_kernel."))

@@ -14,28 +14,35 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ligerkit.compile.routes import Route, route_for
+from ligerkit.compile.routes import Route, kernels_called
 from ligerkit.environment import environment_summary
 from ligerkit.errors import CompileModeError
 from ligerkit.kit.custom import LigerPatch, normalize
 from ligerkit.kit.ledger import Ledger
 from ligerkit.kit.report import Application, Swap
 from ligerkit.kit.snapshot import MISSING, Change, current
-from ligerkit.naming import qualified_name
 
 COMPILE_SCOPE = "compile"
 
 
 def route_kernels(app: Application, ledger: Ledger) -> Application:
-    """``app`` with its Liger kernels routed to the compile-mode operators (recorded in ``ledger``)."""
+    """``app`` with its Liger kernels routed to the compile-mode operators (recorded in ``ledger``).
+
+    What each swap runs is read from its replacement's code (``ligerkit.compile.routes.kernels_called``);
+    a Liger replacement that calls a kernel no operator serves (or none that can be found) is listed in
+    ``compile_inline``, with the kernels it calls."""
+    objects = {id(e.swap): e.replacement for e in ledger.entries}
     wanted: dict[str, Route] = {}
     inline: list[str] = []
     for swap in app.patched:
-        route = route_for(swap.replacement)
-        if route is not None:
+        if not swap.replacement.startswith("liger_kernel."):
+            continue
+        calls = kernels_called(objects[id(swap)]) if id(swap) in objects else None
+        for route in calls.routes if calls is not None else ():
             wanted.setdefault(route.kernel, route)
-        elif swap.replacement.startswith("liger_kernel."):
-            inline.append(f"{swap.name}: {swap.replacement}")
+        if calls is None or not calls.fully_routed:
+            runs = f" (runs {', '.join(calls.unrouted)})" if calls is not None and calls.unrouted else ""
+            inline.append(f"{swap.name}: {swap.replacement}{runs}")
     routed: list[Swap] = []
     for route in wanted.values():
         swap = _rebind(route, ledger)
@@ -64,9 +71,10 @@ def _rebind(route: Route, ledger: Ledger) -> Swap | None:
 
 
 def kernel_of(replacement: object) -> str | None:
-    """The compile-mode kernel a Liger replacement runs (``None``: none of the routed ones)."""
-    route = route_for(qualified_name(replacement))
-    return route.kernel if route is not None else None
+    """The one compile-mode kernel a Liger replacement runs (``None``: none, several, or a kernel no
+    operator serves)."""
+    calls = kernels_called(replacement)
+    return calls.routes[0].kernel if calls.fully_routed and len(calls.routes) == 1 else None
 
 
 def leave_custom_to_inductor(custom_patches: object, wins: Mapping[str, str]
