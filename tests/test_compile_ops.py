@@ -157,7 +157,12 @@ def test_what_a_liger_replacement_runs_is_read_from_its_code():
     class LocalNorm(LigerRMSNorm):  # as Liger's exaone4 helper defines one inside a function
         pass
 
+    class CallsSuper(LigerRMSNorm):  # as LigerRMSNormForGemma4 does
+        def forward(self, hidden_states):
+            return super().forward(hidden_states).contiguous()
+
     assert routes.kernels_called(LocalNorm).fully_routed
+    assert kernels(CallsSuper) == (["rms_norm"], ())
     # lives beside the SwiGLU MLP, runs the fused-MoE kernel, which no operator serves
     routed, unrouted = kernels(LigerExperts)
     assert routed == [] and unrouted == ("liger_kernel.ops.fused_moe.LigerFusedMoEFunction",)

@@ -134,14 +134,17 @@ class KernelCalls:
 
 
 def kernels_called(replacement: object) -> KernelCalls:
-    """Read, from its code, which kernels a Liger replacement runs: a class's ``forward`` (inherited ones
-    included) or a function, following the module-level functions they call in Liger's modules. A
-    route counts when the code reads the route's rebound name from the module it is rebound in."""
-    entry = getattr(replacement, "forward", None) if isinstance(replacement, type) else replacement
+    """Read, from its code, which kernels a Liger replacement runs: a class's ``forward`` and those of
+    the classes it inherits from (a subclass's ``super().forward()`` runs them), or a function,
+    following the module-level functions they call in Liger's modules. A route counts when the code
+    reads the route's rebound name from the module it is rebound in."""
+    if isinstance(replacement, type):
+        todo = [vars(cls)["forward"] for cls in replacement.__mro__ if callable(vars(cls).get("forward"))]
+    else:
+        todo = [replacement] if callable(replacement) else []
     routes: dict[str, Route] = {}
     unrouted: dict[str, None] = {}
     seen: set[int] = set()
-    todo = [entry] if callable(entry) else []
     while todo:
         fn = inspect.unwrap(todo.pop())
         code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
