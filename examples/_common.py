@@ -107,3 +107,11 @@ def write(result: dict[str, Any], path: str | None) -> None:
     if path:
         Path(path).write_text(text + "\n")
     print(text)
+
+
+def close_distributed() -> None:
+    """Under torchrun: wait for every rank, then take the process group down before the interpreter
+    exits (left to exit, gloo's threads can abort a rank after training has finished)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()

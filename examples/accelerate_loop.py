@@ -18,7 +18,7 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM
 
-from _common import checkpoint, collate, samples, write
+from _common import checkpoint, close_distributed, collate, samples, write
 from ligerkit.integrations import load_model, token_loss
 from ligerkit.loss import valid_tokens
 
@@ -75,3 +75,4 @@ if __name__ == "__main__":
     result = main()
     if Accelerator().is_main_process:
         write(result, parse(None).json)
+    close_distributed()

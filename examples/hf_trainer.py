@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
-from _common import StepClock, checkpoint, collate, samples, summary, write
+from _common import StepClock, checkpoint, close_distributed, collate, samples, summary, write
 from ligerkit.integrations import FusedTokenLossTrainer, LigerKitCallback, load_model
 
 
@@ -80,3 +80,4 @@ if __name__ == "__main__":
     result = main()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports
         write(result, parse(None).json)
+    close_distributed()

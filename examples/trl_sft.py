@@ -20,7 +20,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
-from _common import StepClock, checkpoint, samples, summary, write
+from _common import StepClock, checkpoint, close_distributed, samples, summary, write
 from ligerkit.integrations import LigerKitCallback, LigerKitSFTTrainer, load_model
 
 
@@ -84,3 +84,4 @@ if __name__ == "__main__":
     result = main()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports
         write(result, parse(None).json)
+    close_distributed()
