@@ -20,7 +20,7 @@ from typing import Any
 
 from ligerkit.errors import LigerKitError
 from ligerkit.proof.arms import Runner, summarize
-from ligerkit.train.arms import arm_lines
+from ligerkit.proof.bench import arm_overrides, check_run_options
 from ligerkit.train.config import load_recipe_config
 
 __all__ = ["MODES", "check_scaling_configs", "mode_overrides", "scaling", "to_markdown"]
@@ -49,7 +49,8 @@ def mode_overrides(global_batch: int, micro_batch: int, nproc: int) -> dict[str,
 
 
 def _run_lines(arm: str, overrides: Sequence[str], batch: Sequence[str], steps: int) -> list[str]:
-    return [*overrides, *batch, *arm_lines(arm), f"train.arm={arm}", f"train.steps={steps}", "train.progress=false"]
+    """A run's lines: the bench's for the arm, with the mode's batch lines after the user's."""
+    return arm_overrides(arm, [*overrides, *batch], steps)
 
 
 def check_scaling_configs(config: Path, arms: Sequence[str], overrides: Sequence[str], steps: int,
@@ -68,9 +69,7 @@ def scaling(config: Path, arms: Sequence[str], nproc: int, steps: int, warmup: i
             runner: Runner, repeats: int = 1, on_run: Callable[[str, str], None] | None = None) -> dict[str, Any]:
     """Run every arm in every mode (``one`` on 1 GPU, ``weak`` and ``strong`` on ``nproc``) through
     ``runner``; return per-arm speeds and efficiencies. ``on_run(arm, mode)`` follows each run."""
-    if steps < 1 or warmup < 0 or warmup >= steps or repeats < 1:
-        raise LigerKitError(f"need steps >= 1, 0 <= warmup < steps and repeats >= 1 (steps {steps}, warmup "
-                            f"{warmup}, repeats {repeats})")
+    check_run_options(steps, warmup, nproc, repeats)
     modes = check_scaling_configs(config, arms, overrides, steps, nproc)
     rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
     for _ in range(repeats):
