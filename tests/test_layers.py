@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ligerkit"
 
 LAYERS = {
     "ligerkit": 0, "ligerkit.errors": 0, "ligerkit.environment": 0, "ligerkit.naming": 0,
-    "ligerkit.hf": 1,
+    "ligerkit.hf": 1, "ligerkit.shrink": 1,
     "ligerkit.probe": 2, "ligerkit.compile": 2,
     "ligerkit.kit": 3,
     "ligerkit.loss": 4, "ligerkit.suggest": 4, "ligerkit.plan": 4,

@@ -7,12 +7,12 @@ are local, and ``local_files_only`` is always set.
 
 from __future__ import annotations
 
-import copy
 import importlib
 import inspect
 import json
 import os
 import sys
+import typing
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +27,7 @@ PLAN_LAYERS = 2
 SMALL_DIMS: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                   num_key_value_heads=2, head_dim=16, num_hidden_layers=2, vocab_size=256)
 
+_MODEL_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "Model")
 _MAPPINGS = (
     "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
@@ -163,68 +164,6 @@ def quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(level)
 
 
-def smaller_copies(config: Any) -> list[Any]:
-    """Copies of a config object at small dimensions, then with fewer layers only, then the config
-    itself: cheapest first.
-
-    Works on any object with attributes (transformers configs and their sub-configs, dataclasses,
-    plain classes): only attributes the object already has are set; a copy that cannot be made
-    is skipped. A model built from a shrunk copy keeps the structure (which module feeds which),
-    which is what model-level probes look at.
-    """
-    small = {**SMALL_DIMS, "num_hidden_layers": 1, "num_heads": 4, "out_hidden_size": SMALL_DIMS["hidden_size"],
-             **_EXPERT_COUNTS}
-    copies = []
-    for dims in (small, {"num_hidden_layers": 1}, {"num_hidden_layers": 2}):
-        try:
-            shrunk = copy.deepcopy(config)
-            for target in [shrunk, *_sub_configs(shrunk)]:
-                _shrink_attrs(target, dims)
-                if getattr(target, "_attn_implementation", "") is None:  # a layer built on its own
-                    target._attn_implementation = "eager"
-            copies.append(shrunk)
-        except Exception:  # an immutable or uncopyable config is used as it is
-            continue
-    return [*copies, config]
-
-
-def _sub_configs(config: Any) -> list[Any]:
-    values = vars(config).values() if hasattr(config, "__dict__") else ()
-    return [v for v in values if hasattr(v, "__dict__") and not isinstance(v, type)
-            and any(hasattr(v, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size"))]
-
-
-# MoE configs whose defaults leave expert counts unset get these (set only where the attribute is None).
-_EXPERT_COUNTS = {"n_routed_experts": 4, "num_experts": 4, "num_local_experts": 4, "n_shared_experts": 1,
-                  "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
-
-
-def _shrink_attrs(config: Any, dims: dict[str, Any]) -> None:
-    layer_keys = ("num_hidden_layers", "num_layers", "layers", "depth", "n_layer")
-    for key, value in dims.items():
-        for name in (layer_keys if key == "num_hidden_layers" else (key,)):
-            old = getattr(config, name, None)
-            if key in _EXPERT_COUNTS and hasattr(config, name) and old is None:
-                setattr(config, name, value)  # a MoE config whose default leaves the expert count unset
-            elif isinstance(old, int) and not isinstance(old, bool) and old > value:
-                setattr(config, name, value)
-                for per_layer in ("layer_types", "mlp_layer_types"):
-                    listed = getattr(config, per_layer, None)
-                    if isinstance(listed, list) and len(listed) == old:
-                        setattr(config, per_layer, listed[:value])
-    if getattr(config, "use_cache", None) is True:
-        config.use_cache = False  # a probe's forward never reads a key/value cache
-    head_dim = getattr(config, "head_dim", None)
-    for rope_key in ("rope_parameters", "rope_scaling"):
-        rope = getattr(config, rope_key, None)
-        if "head_dim" in dims and isinstance(head_dim, int) and isinstance(rope, dict) and rope.get("mrope_section"):
-            half = head_dim // 2  # M-RoPE's temporal/height/width sections must add up to half a head
-            rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
-    patch, image = getattr(config, "patch_size", None), getattr(config, "image_size", None)
-    if "hidden_size" in dims and isinstance(patch, int) and isinstance(image, int) and image > 2 * patch:
-        config.image_size = 2 * patch
-
-
 def config_class_of(module: Any) -> type | None:
     """The config class a modeling module's model classes declare (``XForCausalLM.config_class``)."""
     classes = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
@@ -234,6 +173,40 @@ def config_class_of(module: Any) -> type | None:
             if cls.__name__.endswith(suffix) and isinstance(config_class, type):
                 return config_class
     return None
+
+
+def config_class_for(module: Any) -> type | None:
+    """The config class the module's models take: their ``config_class``, else the class their constructors'
+    ``config`` argument is annotated with, else the one ``PretrainedConfig`` subclass the module holds."""
+    cls = config_class_of(module)
+    if cls is not None:
+        return cls
+    own = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
+    own.sort(key=lambda c: next((i for i, end in enumerate(_MODEL_SUFFIXES) if c.__name__.endswith(end)), 9))
+    for candidate in own:
+        annotated = _config_annotation(candidate, module)
+        if annotated is not None:
+            return annotated
+    from transformers import PretrainedConfig
+
+    held = {v for v in vars(module).values() if isinstance(v, type) and issubclass(v, PretrainedConfig)
+            and v is not PretrainedConfig}
+    return held.pop() if len(held) == 1 else None
+
+
+def _config_annotation(cls: type, module: Any) -> type | None:
+    """The class ``cls.__init__``'s ``config`` argument is annotated with (``X``, ``"X"`` or ``X | None``)."""
+    init = vars(cls).get("__init__")
+    if init is None or "config" not in inspect.signature(init).parameters:
+        return None
+    try:
+        hint = typing.get_type_hints(init, globalns=vars(module)).get("config")
+    except Exception:  # an annotation that does not resolve here
+        return None
+    options = [hint] if isinstance(hint, type) else list(typing.get_args(hint))
+    found = [t for t in options if isinstance(t, type) and t is not type(None)
+             and t.__name__ not in ("PretrainedConfig", "PreTrainedConfig")]
+    return found[0] if len(found) == 1 else None
 
 
 def model_class_for(config: Any) -> type:

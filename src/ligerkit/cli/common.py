@@ -156,15 +156,15 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
-def render_scan(scan: Any, model_class: str, config_source: str | None = None) -> None:
+def render_scan(scan: Any, model_class: str, config_source: str | None = None, unproven: int = 0) -> None:
     """Print a scan result, one finding a line."""
-    for line in scan_lines(scan, model_class, config_source):
+    for line in scan_lines(scan, model_class, config_source, unproven):
         out.print(line, markup=False, soft_wrap=True)
 
 
-def scan_lines(scan: Any, model_class: str, config_source: str | None = None) -> list[str]:
+def scan_lines(scan: Any, model_class: str, config_source: str | None = None, unproven: int = 0) -> list[str]:
     """The scan result as plain lines (:meth:`ligerkit.kit.scan.ScanResult.lines`)."""
-    return scan.lines(model_class, config_source)
+    return scan.lines(model_class, config_source, unproven)
 
 
 def log_to_stderr() -> None:

@@ -74,7 +74,7 @@ def plan(
         from ligerkit.kit.report import render_report
 
         render_report(result.report, out)
-        render_scan(result.scan, result.model_class, result.config_source)
+        render_scan(result.scan, result.model_class, result.config_source, len(result.report.unproven))
 
     run(body)
 
@@ -87,25 +87,38 @@ def suggest(
                                                "pkg.module:Class) or a JSON file of config values.")] = None,
     set_: Annotated[list[str] | None, set_option("Config override (a key the config has)",
                                                   "--set mlp_bias=true --set hidden_act=silu")] = None,
-    gpu: Annotated[bool, typer.Option("--gpu", help="Then prove the printed map on a CUDA GPU: per-parameter "
-                                                    "gradients of a small model of the module, Liger on vs off, "
-                                                    "against float32.")] = False,
+    gpu: Annotated[bool, typer.Option("--gpu", help="Check in-place writes in the module's whole model built on "
+                                                    "a CUDA GPU, then prove the printed map there: per-parameter "
+                                                    "gradients of the whole model, Liger on vs off, against "
+                                                    "float32 (exit 1 FAIL, 4 PARTIAL, 3 no GPU).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Probe every norm / MLP / rotary symbol of a modeling module and print the verified custom_patches map.
 
     Each candidate is compared, forward and backward in float32 and bfloat16, against the pure-PyTorch
     reference of every compatible Liger replacement; anything that does not match exactly is left off.
-    A replacement that writes in place (Liger's default RMSNorm, its rotary) is checked in a small model
-    of the module: where another consumer shares what it writes, the out-of-place twin is printed, or
-    the symbol is left off. With --gpu, the map is then applied on a GPU and every parameter's gradient
-    is compared against an unpatched bfloat16 and a float32 run (exit 1 on failure, 3 without a GPU).
+    A replacement that writes in place (Liger's default RMSNorm, its rotary) is checked in the module's
+    whole model (its causal LM or conditional-generation class, from a consistently shrunk config):
+    where another consumer shares what it writes, the out-of-place twin is printed, or the symbol is
+    left off. Where the whole model cannot be built or run here the write is unproven: a norm takes its
+    out-of-place twin, a rotary is left off (a complete --config, or --gpu, can prove it).
+
+    With --gpu, the map is then applied on a GPU and every parameter's gradient of the whole model is
+    compared against an unpatched bfloat16 and a float32 run. The verdict names the model and how many
+    of its trainable parameter tensors it compared: PASS (all, within bounds, exit 0), FAIL (a tensor
+    over its bound, exit 1), PARTIAL (some got no gradient, exit 4); exit 3 without a GPU. After a
+    FAIL each key of the map is proven alone, and the keys that fail alone are named to leave off.
+
+    Importing the module runs its top-level code, as any import does: point suggest only at code you
+    trust. A .py file is imported under its package's dotted name.
 
     When one of Liger's family helpers already patches the module (transformers' own modeling
     files), the output names it: the official route is the one for those models, and the map is
     for vendored copies. A config key or --set the config does not have, a key a candidate needs
     and the config lacks, and a module with nothing to probe are errors (exit 1).
     """
+    from ligerkit.probe.runnable import Unrunnable
+    from ligerkit.proof.grads import FAIL, PARTIAL, PARTIAL_EXIT, exit_code
     from ligerkit.train.config import parse_override
     from ligerkit.suggest import suggest as run_suggest
 
@@ -116,12 +129,24 @@ def suggest(
             overrides[".".join(path)] = value
         if gpu:
             require_gpu("suggest --gpu")
-        result = run_suggest(module, config, overrides)
-        grads = _suggest_gradients(result) if gpu else None
+        result = run_suggest(module, config, overrides, device="cuda" if gpu else "cpu")
+        grads, unseen = None, None
+        if gpu:
+            try:
+                grads = _suggest_gradients(result)
+            except Unrunnable as exc:  # nothing compared: no verdict but PARTIAL
+                unseen = f"gradients PARTIAL (nothing compared: the whole model could not be built and run: {exc})"
+        code = exit_code(grads.verdict) if grads is not None else PARTIAL_EXIT if unseen else 0
+        alone = _ablation(result) if grads is not None and grads.verdict == FAIL else {}
         if as_json:
-            emit_json({**result.to_dict(), "gradients": grads.to_dict() if grads is not None else None})
-            if grads is not None and not grads.passed:
-                raise typer.Exit(1)
+            gradients = grads.to_dict() if grads is not None else None
+            if unseen:
+                gradients = {"passed": False, "verdict": PARTIAL, "coverage": None, "reason": unseen}
+            if alone:
+                gradients["alone"] = {key: {"verdict": g.verdict, "summary": g.summary()} for key, g in alone.items()}
+            emit_json({**result.to_dict(), "gradients": gradients})
+            if code:
+                raise typer.Exit(code)
             return
         from rich.table import Table
 
@@ -135,10 +160,16 @@ def suggest(
         out.print(table)
         out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates verified", markup=False)
         sys.stdout.write(result.patches_code() + "\n")  # unwrapped: ready to paste
-        if grads is not None:
-            out.print(grads.summary(), markup=False, soft_wrap=True)
-            if not grads.passed:
-                raise typer.Exit(1)
+        if grads is not None or unseen:
+            out.print(grads.summary() if grads is not None else unseen, markup=False, soft_wrap=True)
+            for key, alone_grads in alone.items():
+                out.print(f"  {key} alone: {alone_grads.summary()}", markup=False, soft_wrap=True)
+            failing = [key for key, g in alone.items() if g.verdict == FAIL]
+            if failing:
+                out.print(f"  leave {', '.join(failing)} off: {'it changes' if len(failing) == 1 else 'each changes'} "
+                          "gradients on its own in the whole model", markup=False, soft_wrap=True)
+            if code:
+                raise typer.Exit(code)
 
     run(body)
 
@@ -175,7 +206,7 @@ def check(
                 out.print(f"loss path: {plan.loss_path}", markup=False, soft_wrap=True)
                 if plan.report is not None and plan.scan is not None:
                     render_report(plan.report, out)
-                    render_scan(plan.scan, plan.model_class or "?", plan.config)
+                    render_scan(plan.scan, plan.model_class or "?", plan.config, len(plan.report.unproven))
                 elif plan.model_class is None:
                     out.print("did not build: see the problems below", markup=False)
                 else:
@@ -187,6 +218,18 @@ def check(
             raise typer.Exit(1)
 
     run(body)
+
+
+def _ablation(result: Any) -> dict[str, Any]:
+    """After a FAIL, each key of the map proven alone (``{}`` for a map of one key)."""
+    import torch
+
+    from ligerkit.proof.recipe_grads import ablate_map, suggested_patches
+
+    patches = suggested_patches(result)
+    if len(patches) < 2:
+        return {}
+    return ablate_map(result.module_object, result.config_object, patches, torch.device("cuda"))
 
 
 def _suggest_gradients(result: Any) -> Any:

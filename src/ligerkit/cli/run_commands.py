@@ -114,12 +114,15 @@ def smoke(
     training dtype, and on; every parameter tensor's relative gradient error against float32 must
     stay within GRAD_FACTOR x eager's + GRAD_SLACK (the kit is reverted after). Then each arm trains in
     its own process from the same seed and data: per-step loss and grad norm within a dtype
-    tolerance. Exit 1 when either fails; exit 3 (with a message) on a machine without a GPU.
+    tolerance. Exit 1 when either fails; exit 4 when everything compared passes but some trainable
+    parameter got no gradient from the sample (PARTIAL: the verdict names them); exit 3 (with a
+    message) on a machine without a GPU.
     """
     from pathlib import Path
 
     from ligerkit.proof import arms, smoke
     from ligerkit.proof.bench import check_run_options
+    from ligerkit.proof.grads import exit_code
     from ligerkit.proof.recipe_grads import recipe_grad_parity
     from ligerkit.train.config import load_recipe_config
     from ligerkit.probe.tolerance import GradTolerance
@@ -144,9 +147,9 @@ def smoke(
                 out.print(result.gradients.summary(), markup=False, soft_wrap=True)
             out.print(f"max loss gap {max(result.loss_gaps):.2e} (tolerance {result.loss_tolerance:g}, {result.dtype}); "
                       f"max grad-norm gap {max(result.grad_norm_rel_gaps):.1%} (tolerance {result.grad_norm_rtol:.0%})"
-                      f": {'PASS' if result.passed else 'FAIL'}; wrote {', '.join(map(str, files))}", markup=False)
+                      f": {result.verdict}; wrote {', '.join(map(str, files))}", markup=False)
         if not result.passed:
-            raise typer.Exit(1)
+            raise typer.Exit(exit_code(result.verdict))
 
     run(body)
 

@@ -64,11 +64,12 @@ def family(value: object) -> str | None:
     return value
 
 
-def skip_list(value: object) -> tuple[str, ...]:
-    """``skip_probe``: custom_patches keys, attrs or ``module.attr`` names (a collection of strings)."""
+def skip_list(value: object, what: str = "skip_probe") -> tuple[str, ...]:
+    """``skip_probe`` / ``in_place_proven``: custom_patches keys, attrs or ``module.attr`` names (a
+    collection of strings)."""
     if isinstance(value, str) or not isinstance(value, Collection) or not all(isinstance(v, str) and v for v in value):
         raise InvalidOptionError(
-            f"skip_probe must be a list of custom_patches keys, attrs or 'module.attr' names, got {value!r}."
+            f"{what} must be a list of custom_patches keys, attrs or 'module.attr' names, got {value!r}."
         )
     return tuple(value)
 
@@ -83,15 +84,16 @@ def probe_config(value: Any) -> Any:
     return value
 
 
-def official_only(custom: bool, config: Any, probe: bool, skip: tuple[str, ...], modules: object) -> None:
+def official_only(custom: bool, config: Any, probe: bool, skip: tuple[str, ...], modules: object,
+                  proven: tuple[str, ...] = ()) -> None:
     """Refuse options that mean nothing on the route asked for."""
     if custom and modules != "auto":
         raise InvalidPatchError(
             "`modules` selects Liger's official per-family flags and has no meaning with custom_patches. Put the "
             "official family in its own apply() call, then call apply() again with the custom map."
         )
-    if not custom and (config is not None or not probe or skip):
+    if not custom and (config is not None or not probe or skip or proven):
         raise InvalidOptionError(
-            "config=, probe= and skip_probe= configure the probes of a custom_patches map; the official route "
-            "takes Liger's own helper as it is. Drop them, or pass custom_patches."
+            "config=, probe=, skip_probe= and in_place_proven= configure the probes of a custom_patches map; the "
+            "official route takes Liger's own helper as it is. Drop them, or pass custom_patches."
         )

@@ -8,8 +8,10 @@ source). Then two ways a swap (Liger's helper's or a custom map's) can still be 
   mix of Liger's class and the original. The scan finds this after the build; here it is found
   before, from the tables and globals of the modules the route watches.
 - **It writes in place where another consumer reads.** Liger's default RMSNorm writes dX into the
-  incoming dY; its rotary writes into q/k. ``ligerkit.probe.aliasing`` emulates those writes in a
-  small model of the module and compares gradients.
+  incoming dY; its rotary writes into q/k. ``ligerkit.probe.aliasing`` emulates those writes in the
+  module's whole model and compares gradients. A write the check could not see (the whole model does
+  not build or run) is *unproven*: the custom route refuses it unless the caller names it in
+  ``in_place_proven``; the official route (Liger's own choice) keeps it and the report says so.
 """
 
 from __future__ import annotations
@@ -113,6 +115,18 @@ def in_place_error(where: str, replacement: object, result: AliasingResult) -> I
     )
 
 
+def unproven_error(where: str, name: str, replacement: object, result: AliasingResult) -> InPlaceBackwardError:
+    """The error for an in-place swap whose check could not run in the whole model."""
+    return InPlaceBackwardError(
+        f"{where} -> {qualified_name(replacement)}: the replacement writes in place "
+        f"({writes_in_place(replacement)}) and that write is {result.reason}. Unproven is not safe: where "
+        f"another consumer shares the tensor, the loss looks right while gradients are wrong. "
+        f"{in_place_advice(replacement)} To check it, pass config= with the model's complete config (its "
+        f"whole model must build and run on this machine), or prove it on a GPU (`ligerkit suggest MODULE "
+        f"--gpu`) and then opt in with in_place_proven=[{name!r}]."
+    )
+
+
 def swap_problem(changes: Sequence[Change], home_tables: Iterable[Table], home: Sequence[str]) -> LigerKitError | None:
     """The first reason these changes (one module's swaps) must not stand, or ``None``."""
     missed = unreached(changes, home_tables, home)
@@ -137,16 +151,19 @@ def _skipped(item: Any, enabled: bool, skip: Collection[str]) -> bool:
     return not enabled or item.name in skip or item.patch.attr in skip or where in skip
 
 
-def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collection[str]) -> tuple[list[str], list[str]]:
+def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collection[str],
+                  in_place_proven: Collection[str] = ()) -> tuple[list[str], list[str], list[str]]:
     """Probe every resolved custom patch against the catalog before anything is swapped, then check its
-    in-place writes in the model its module builds.
+    in-place writes in the whole model its module builds.
 
-    Returns ``(probed, unprobed)`` lines for the report. Raises :class:`UncataloguedReplacementError`
-    for a replacement the catalog does not know (unless the caller turned its probe off),
-    :class:`ProbeMismatchError` for one whose math differs from the source's, and
-    :class:`InPlaceBackwardError` for one that writes in place where the model shares that tensor.
+    Returns ``(probed, unprobed, unproven)`` lines for the report. Raises
+    :class:`UncataloguedReplacementError` for a replacement the catalog does not know (unless the
+    caller turned its probe off), :class:`ProbeMismatchError` for one whose math differs from the
+    source's, and :class:`InPlaceBackwardError` for one that writes in place where the model shares
+    that tensor, or whose write could not be checked in the whole model (unless its key, attr or
+    ``module.attr`` is in ``in_place_proven``: the caller proved it; the report lists it as unproven).
     """
-    probed, unprobed = [], []
+    probed, unprobed, unproven = [], [], []
     for item in todo:
         where = f"{item.patch.module}.{item.patch.attr}"
         label = f"{item.name}: {where} -> {qualified_name(item.patch.replacement)}"
@@ -176,9 +193,15 @@ def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collect
             )
         else:
             probed.append(f"{label}: match")
-        aliasing = aliasing_of(item.original, item.patch.replacement, module_config)
+        aliasing = aliasing_of(item.original, item.patch.replacement, config)  # the user's config, else the family's
         if aliasing is not None and aliasing.hazard:
             raise in_place_error(f"custom_patches[{item.name!r}]: {where}", item.patch.replacement, aliasing)
         if aliasing is not None and not aliasing.checked:
-            unprobed.append(f"{label} (in-place write {aliasing.reason}; {in_place_advice(item.patch.replacement)})")
-    return probed, unprobed
+            if not _skipped(item, True, in_place_proven):
+                raise unproven_error(f"custom_patches[{item.name!r}]: {where}", item.name, item.patch.replacement,
+                                     aliasing)
+            unproven.append(f"{label}: in-place write not checked by ligerkit ({aliasing.reason}); "
+                            "the caller vouches for it (in_place_proven)")
+        elif aliasing is not None and result.verdict != UNPROBED:
+            probed[-1] += f"; in-place write safe ({aliasing.reason})"
+    return probed, unprobed, unproven

@@ -74,6 +74,7 @@ class LigerKernelKit:
         probe: bool = True,
         skip_probe: Collection[str] = (),
         compile: bool = False,
+        in_place_proven: Collection[str] = (),
     ) -> LigerKernelReport:
         """Patch before the model is built and return the measured report of this call.
 
@@ -96,6 +97,11 @@ class LigerKernelKit:
             probe: probe every custom patch's math against the source before swapping (default).
             skip_probe: custom_patches keys, attrs or ``module.attr`` whose probe is skipped (a
                 constructor the probe cannot handle); the report lists them as unprobed.
+            in_place_proven: custom_patches keys, attrs or ``module.attr`` whose in-place write (Liger's
+                default RMSNorm, its rotary) the caller proved in their own model, for when ligerkit
+                cannot build and run the module's whole model to check it (without this, such an
+                unproven write is refused with ``InPlaceBackwardError``); the report lists them as
+                unproven.
             compile: the model will be ``torch.compile``d: Liger's classes then call their kernels
                 through ``ligerkit.compile`` operators (no graph breaks, nothing written in place), and
                 a module Inductor ran faster on the H200 (``ligerkit/compile/inductor_table.json``) is
@@ -109,7 +115,8 @@ class LigerKernelKit:
         strict, probe = arguments.flag("strict", strict), arguments.flag("probe", probe)
         trust_remote_code = arguments.flag("trust_remote_code", trust_remote_code)
         skip, config = arguments.skip_list(skip_probe), arguments.probe_config(config)
-        arguments.official_only(custom_patches is not None, config, probe, skip, modules)
+        proven = arguments.skip_list(in_place_proven, "in_place_proven")
+        arguments.official_only(custom_patches is not None, config, probe, skip, modules, proven)
         compile = arguments.flag("compile", compile)
         wins = left_to_inductor() if compile else {}
         keep = len(self._ledger.entries)
@@ -117,7 +124,7 @@ class LigerKernelKit:
             if custom_patches is not None:
                 if config is None and path is not None:
                     config = load_config(path, trust_remote_code)
-                app = self._apply_custom(model_family, custom_patches, excluded, config, probe, skip, wins)
+                app = self._apply_custom(model_family, custom_patches, excluded, config, probe, skip, wins, proven)
             else:
                 family = get_family(self._family_name(path, model_family, trust_remote_code))
                 already_on = self._turned_on(family.helper_name)
@@ -135,7 +142,8 @@ class LigerKernelKit:
         return LigerKernelReport((app,), environment_gaps())
 
     def _apply_custom(self, label: str | None, custom_patches: CustomPatches, excluded: Sequence[str], config: Any,
-                      probe: bool, skip: Collection[str], wins: dict[str, str]) -> Application:
+                      probe: bool, skip: Collection[str], wins: dict[str, str],
+                      proven: Collection[str] = ()) -> Application:
         """The custom route, with entries whose kernel Inductor wins left off (compile mode)."""
         left: dict[str, str] = {}
         if wins:
@@ -144,7 +152,7 @@ class LigerKernelKit:
                 return Application(route=ROUTE_CUSTOM, family=label, helper=None, modules=dict.fromkeys(left, False),
                                    requested=dict.fromkeys(left, True), excluded=tuple(excluded), noop=(), patched=(),
                                    left_off=left)
-        app = apply_custom(label, custom_patches, excluded, self._ledger, config, probe, skip)
+        app = apply_custom(label, custom_patches, excluded, self._ledger, config, probe, skip, proven)
         if left:
             app = replace(app, modules={**app.modules, **dict.fromkeys(left, False)},
                           requested={**dict(app.requested), **dict.fromkeys(left, True)}, left_off={**app.left_off, **left})

@@ -2,7 +2,8 @@
 
 Every patch is resolved and checked before anything is swapped (the module imports, the symbol
 exists, the replacement is of the same kind and in the catalog, its math matches the source's, its
-in-place writes are safe in the model the module builds), so a bad map leaves the process untouched.
+in-place writes are safe in the whole model the module builds, or named in ``in_place_proven`` when
+that model could not be checked), so a bad map leaves the process untouched.
 The swap itself is then measured like the official route: snapshot, set, diff; and whatever is
 raised in the middle of it (``KeyboardInterrupt`` included), every binding is put back.
 """
@@ -166,6 +167,7 @@ def apply_custom(
     config: Any = None,
     probe: bool = True,
     skip_probe: Collection[str] = (),
+    in_place_proven: Collection[str] = (),
 ) -> Application:
     """Check every patch (import, symbol, kind, conflicts, the math probe, in-place writes), then swap
     them all, measured, recording each in ``ledger``. Nothing stays changed if anything is raised."""
@@ -197,7 +199,7 @@ def apply_custom(
         targets[key] = item
         todo.append(item)
 
-    probed, unprobed = probe_patches(todo, config, probe, skip_probe)
+    probed, unprobed, unproven = probe_patches(todo, config, probe, skip_probe, in_place_proven)
     home = {i.patch.module for i in resolved}
     owners = owners_of({id(i.module): i.module for i in todo}.values())
     owners += [i.owner for i in todo]
@@ -239,6 +241,7 @@ def apply_custom(
         notes=tuple(notes),
         probed=tuple(probed),
         unprobed=tuple(unprobed),
+        unproven=tuple(unproven),
     )
 
 

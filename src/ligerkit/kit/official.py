@@ -27,10 +27,12 @@ from ligerkit.errors import (
     UnknownModuleError,
     UnsupportedModuleError,
 )
-from ligerkit.kit.checks import swap_problem
+from ligerkit.kit.checks import aliasing_of, swap_problem
 from ligerkit.kit.families import Family, known_module_names
 from ligerkit.kit.ledger import Ledger, live_layers
+from ligerkit.kit.official_probe import OfficialFindings, probe_official
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
+from ligerkit.naming import MISSING
 from ligerkit.kit.snapshot import (
     PROCESS_WIDE_MODULES,
     Snapshot,
@@ -121,6 +123,7 @@ class _Route:
         self.home_tables = [t for t in tables if scope_of(t, self.home, self.held_by) == "family"]
         self.patched: list[Swap] = []
         self.left_off: dict[str, str] = {}
+        self.findings = OfficialFindings()
 
     def run(self, name: str, flags: dict[str, bool], explicit: bool) -> int:
         """Call the helper with ``flags``, record its swaps under ``name``; return how many.
@@ -140,6 +143,7 @@ class _Route:
                         raise problem
                     self.left_off[name] = str(problem)
                     return 0
+                self._probe(name, changes)
                 for change in changes:
                     restore(change.owner, change.attr, change.after)
         except BaseException as exc:  # KeyboardInterrupt included: nothing of this call may stay
@@ -155,6 +159,19 @@ class _Route:
             scope = scope_of(change.owner, self.home, self.held_by)
             self.patched.append(self.ledger.record(change, name, scope, helper=self.family.helper_name))
         return len(changes)
+
+    def _probe(self, name: str, changes: list) -> None:
+        """Compare each swap with its source and note in-place writes the whole model could not check
+        (reported, not refused: the choice is Liger's)."""
+        in_place = {}
+        for change in changes:
+            result = aliasing_of(change.before, change.after) if change.before is not MISSING else None
+            if result is not None:
+                in_place[id(change)] = result
+        found = probe_official(name, changes, in_place)
+        self.findings.probed += found.probed
+        self.findings.differences += found.differences
+        self.findings.unproven += found.unproven
 
     def join(self, name: str) -> int:
         """Hold the swaps another kit already made for ``name`` with this helper; return how many."""
@@ -224,6 +241,9 @@ def apply_official(
         patched=tuple(route.patched),
         notes=tuple(_notes(dropped, already_on, effective, route.patched)),
         left_off=dict(route.left_off),
+        probed=tuple(route.findings.probed),
+        differences=tuple(route.findings.differences),
+        unproven=tuple(route.findings.unproven),
     )
 
 

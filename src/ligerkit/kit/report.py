@@ -64,6 +64,8 @@ class Application:
     probed: tuple[str, ...] = ()
     unprobed: tuple[str, ...] = ()
     left_off: Mapping[str, str] = field(default_factory=dict)
+    differences: tuple[str, ...] = ()  # official swaps whose math differs from the source's, with the size
+    unproven: tuple[str, ...] = ()  # in-place writes not checked in the whole model; unprobeable replacements
     compile: bool = False  # applied for a compiled model (``apply(..., compile=True)``)
     compile_routes: tuple[Swap, ...] = ()  # names in Liger's modules rebound to ligerkit.compile.ops
     compile_inline: tuple[str, ...] = ()  # Liger replacements with no compile-mode operator
@@ -85,6 +87,8 @@ class Application:
             "notes": list(self.notes),
             "probed": list(self.probed),
             "unprobed": list(self.unprobed),
+            "differences": list(self.differences),
+            "unproven": list(self.unproven),
             "left_off": dict(self.left_off),
         }
 
@@ -159,6 +163,17 @@ class LigerKernelReport:
         return tuple(u for a in self.applications for u in a.unprobed)
 
     @property
+    def differences(self) -> tuple[str, ...]:
+        """Official swaps whose replacement computes something else than the source, with the size."""
+        return tuple(d for a in self.applications for d in a.differences)
+
+    @property
+    def unproven(self) -> tuple[str, ...]:
+        """Swaps no check could prove: in-place writes the whole model could not check, replacements
+        the catalog has no reference for."""
+        return tuple(u for a in self.applications for u in a.unproven)
+
+    @property
     def patched(self) -> tuple[Swap, ...]:
         """Every real swap, in the order it happened."""
         return tuple(s for a in self.applications for s in a.patched)
@@ -184,6 +199,8 @@ class LigerKernelReport:
             "noop_flags": list(self.noop_flags),
             "left_off": self.left_off,
             "unprobed": list(self.unprobed),
+            "differences": list(self.differences),
+            "unproven": list(self.unproven),
             "patched": [s.to_dict() for s in self.patched],
             "compile": any(a.compile for a in self.applications),
             "compile_routes": [s.to_dict() for s in self.compile_routes],
@@ -218,6 +235,10 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
             console.print(f"    probe: {line}", markup=False, soft_wrap=True)
         for line in app.unprobed:
             console.print(f"    NOT probed: {line}", markup=False, soft_wrap=True)
+        for line in app.differences:
+            console.print(f"    DIFFERS: {line}", markup=False, soft_wrap=True)
+        for line in app.unproven:
+            console.print(f"    UNPROVEN: {line}", markup=False, soft_wrap=True)
     selection = Table(
         title="Module selection (as resolved, Liger defaults included)", title_justify="left", box=box.SIMPLE
     )

@@ -64,8 +64,9 @@ class ScanResult:
             "wrappers": list(self.wrappers),
         }
 
-    def lines(self, model: str = "the model", source: str | None = None) -> list[str]:
-        """The scan as plain lines, one finding a line (what ``ligerkit plan`` and ``check`` print)."""
+    def lines(self, model: str = "the model", source: str | None = None, unproven: int = 0) -> list[str]:
+        """The scan as plain lines, one finding a line (what ``ligerkit plan`` and ``check`` print);
+        ``unproven`` is how many of the report's swaps no check could prove."""
         built = f" built on the meta device from {source}" if source else ""
         lines = [f"Scan of {model}{built}:"]
         lines += [f"  {count:4d} x {name}" for name, count in self.counts.items()]
@@ -75,7 +76,9 @@ class ScanResult:
                   for name, paths in self.leftovers.items()]
         lines += [f"  stale binding: {b.module}.{b.attr} still holds {b.original}" for b in self.stale]
         lines += [f"  wrapper seen at the first forward: {w}" for w in self.wrappers]
-        lines.append("Validated: swaps measured, in-place writes checked, model scanned. Still to run on a GPU: "
+        proven = ("in-place writes checked in the whole model" if not unproven else
+                  f"{unproven} swap(s) UNPROVEN (see the report)")
+        lines.append(f"Validated: swaps measured, {proven}, model scanned. Still to run on a GPU: "
                      "`ligerkit smoke RECIPE` (gradients per parameter, then the loss curve).")
         return lines
 

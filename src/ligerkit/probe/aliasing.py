@@ -8,11 +8,14 @@ post-norm and sandwich layouts), the add's backward hands one gradient tensor to
 so the write corrupts the residual's gradient; the loss does not change, the gradients do (by
 1e5x and more, measured on an H200).
 
-The detector builds a small model of the symbol's modeling module (``runnable.py``), then runs one
-forward and backward twice with the symbol's *own* math wrapped: once out of place, once with the
-replacement's writes emulated (``dY.copy_(dX)``; ``q.copy_(rotated)``). Identical gradients mean no
-other consumer shares what the replacement writes; any difference is the hazard, with the
-parameters it reached.
+Sharing shows where the symbol's output is consumed, so the detector builds the module's *whole*
+model, its top class (``runnable.py``: causal LM, conditional generation, or the config's own
+model), never a smaller block: a norm that is safe inside an MoE block can feed two branches of the
+decoder layer around it. It runs one forward and backward twice with the symbol's *own* math
+wrapped: once out of place, once with the replacement's writes emulated (``dY.copy_(dX)``;
+``q.copy_(rotated)``). Identical gradients mean no other consumer shares what the replacement
+writes; any difference is the hazard, with the parameters it reached. When the whole model cannot
+be built or run, or never uses the symbol, the verdict is *unproven*, never safe.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import inspect
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,20 +41,38 @@ FORWARD_AND_BACKWARD = "forward+backward"  # rotated q/k into their storage, dq/
 _TOLERANCE = 1e-4  # relative; the emulated write changes gradients by orders of magnitude, or not at all
 
 
+SAFE, HAZARD, UNPROVEN = "safe", "hazard", "unproven"
+
+
 @dataclass(frozen=True)
 class AliasingResult:
-    """Whether an in-place write of a replacement for ``source`` is safe in its model."""
+    """Whether an in-place write of a replacement for ``source`` is safe in its whole model.
+
+    ``model`` names the class the check ran in (``None`` when it could not run): a verdict always
+    says what it saw.
+    """
 
     source: str
     checked: bool
     hazard: bool
     reason: str
     affected: tuple[str, ...] = ()
+    model: str | None = None
 
     @property
     def safe(self) -> bool:
-        """Checked, and nothing else shares what the replacement writes."""
+        """Checked in the whole model, and nothing else shares what the replacement writes."""
         return self.checked and not self.hazard
+
+    @property
+    def verdict(self) -> str:
+        """``"safe"``, ``"hazard"`` or ``"unproven"`` (the check could not run in the whole model)."""
+        return HAZARD if self.hazard else SAFE if self.checked else UNPROVEN
+
+    def to_dict(self, writes: str = "") -> dict[str, Any]:
+        """JSON-ready form (``whole_model``: the verdict comes from the module's top model)."""
+        return {"writes": writes, "verdict": self.verdict, "model": self.model, "whole_model": self.checked,
+                "reason": self.reason, "affected": list(self.affected)}
 
 
 def _global_names(module: types.ModuleType, obj: object) -> list[str]:
@@ -174,33 +196,50 @@ def _fingerprint(config: Any) -> str:
 _CACHE: dict[tuple[int, str, str, str], AliasingResult] = {}
 
 
-def in_place_hazard(source: object, module: types.ModuleType, config: Any = None,
-                    writes: str = BACKWARD) -> AliasingResult:
-    """Whether an in-place replacement for ``source`` (a norm class, or a rotary function when
-    ``writes`` is ``"forward+backward"``) would corrupt another consumer in ``module``'s model.
+_DEVICE: ContextVar[str] = ContextVar("ligerkit_in_place_device", default="cpu")
 
-    ``config`` builds the model (the module's own config class at small dimensions when ``None``).
-    The result is cached per symbol, module, config and kind of write.
+
+@contextmanager
+def checked_on(device: str) -> Iterator[None]:
+    """In the block, in-place checks that name no device build and run the whole model on ``device``
+    (``suggest --gpu`` and its gradient proof: the kit's own checks then see what the GPU can build)."""
+    token = _DEVICE.set(str(device))
+    try:
+        yield
+    finally:
+        _DEVICE.reset(token)
+
+
+def in_place_hazard(source: object, module: types.ModuleType, config: Any = None,
+                    writes: str = BACKWARD, device: str | None = None) -> AliasingResult:
+    """Whether an in-place replacement for ``source`` (a norm class, or a rotary function when
+    ``writes`` is ``"forward+backward"``) would corrupt another consumer in ``module``'s whole model.
+
+    ``config`` builds the model (the module's own config class at small dimensions when ``None``);
+    ``device`` is where it is built and run (``"cuda"`` allows larger models; default: the CPU, or
+    the device of an enclosing :func:`checked_on`). The result is cached per symbol, module, config,
+    kind of write and device.
     """
-    key = (id(source), module.__name__, _fingerprint(config) if config is not None else "", writes)
+    device = device or _DEVICE.get()
+    key = (id(source), module.__name__, _fingerprint(config) if config is not None else "", writes, str(device))
     if key not in _CACHE:
-        _CACHE[key] = _detect(source, module, config)
+        _CACHE[key] = _detect(source, module, config, device)
     return _CACHE[key]
 
 
-def _detect(source: object, module: types.ModuleType, config: Any) -> AliasingResult:
+def _detect(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:
     # Building models makes transformers cache private class attributes; the probe leaves none behind.
     classes = [v for v in list(vars(module).values()) if isinstance(v, type) and v.__module__ == module.__name__]
     before = [(cls, dict(vars(cls))) for cls in classes]
     try:
-        return _detect_in(source, module, config)
+        return _detect_in(source, module, config, device)
     finally:
         for cls, attrs in before:
             for name in set(vars(cls)) - set(attrs):
                 delattr(cls, name)
 
 
-def _detect_in(source: object, module: types.ModuleType, config: Any) -> AliasingResult:
+def _detect_in(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:
     name = qualified_name(source)
     with _liger_on_cpu(module) as stand_ins:
         @contextmanager
@@ -214,20 +253,26 @@ def _detect_in(source: object, module: types.ModuleType, config: Any) -> Aliasin
                     yield used
 
         try:
-            run = runnable_model(module, config, watch)
+            run = runnable_model(module, config, watch, device=device)
             run.model.eval()  # no dropout: both runs must differ only by the emulated write
             clean = _gradients(run, source, module, in_place=False)
             written = _gradients(run, source, module, in_place=True)
         except Unrunnable as exc:
-            return AliasingResult(name, False, False, f"not checked: {exc}")
+            return AliasingResult(name, False, False, f"unproven: the whole model could not be checked ({exc})")
         except Exception as exc:  # the emulated model failed to run: the hazard stays unknown
-            return AliasingResult(name, False, False,
-                                  f"not checked: the emulated run failed ({type(exc).__name__}: {exc})")
+            return AliasingResult(name, False, False, "unproven: the emulated run of the whole model failed "
+                                                      f"({type(exc).__name__}: {_short(exc)})")
     affected = tuple(k for k in clean if k in written and _differs(clean[k], written[k]))
     model = type(run.model).__name__
     if affected:
         shown = ", ".join(affected[:4]) + (" ..." if len(affected) > 4 else "")
         return AliasingResult(name, True, True,
-                              f"in {model}, another consumer shares what the in-place write overwrites "
-                              f"(it changed {len(affected)} gradient(s): {shown})", affected)
-    return AliasingResult(name, True, False, f"in {model}, nothing else shares what it writes")
+                              f"in {model} (the whole model), another consumer shares what the in-place write "
+                              f"overwrites (it changed {len(affected)} gradient(s): {shown})", affected, model)
+    return AliasingResult(name, True, False, f"in {model} (the whole model), nothing else shares what it writes",
+                          (), model)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + " ..."

@@ -30,6 +30,22 @@ def rms_norm_gemma(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return (normed * (module.offset + module.weight.float())).to(x.dtype)
 
 
+def rms_norm_none(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Liger's ``casting_mode="none"``: everything in the input dtype, ``normed * (offset + w)``."""
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + _eps(module))
+    return normed * (module.offset + module.weight)
+
+
+def rms_norm_by_casting(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Any ``LigerRMSNorm`` (sub)class that keeps Liger's forward: the reference its own
+    ``casting_mode`` and ``offset`` select (what an official helper's own norm class computes)."""
+    mode = getattr(module, "casting_mode", "llama")
+    by_mode = {"llama": rms_norm_llama, "gemma": rms_norm_gemma, "none": rms_norm_none}
+    if mode not in by_mode:
+        raise ValueError(f"Liger casting mode {mode!r} has no reference")
+    return by_mode[mode](module, x)
+
+
 def layer_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """LigerLayerNorm: affine LayerNorm whose bias is always a (trainable) parameter."""
     return F.layer_norm(x, (x.shape[-1],), module.weight, module.bias, _eps(module))

@@ -1,18 +1,21 @@
-"""A small model a modeling module really builds, with inputs it runs on, for model-level probes.
+"""The whole model of a modeling module, built cheaply and run, for model-level probes.
 
 A symbol's math can be probed alone, but how its output is *used* (added straight to the residual,
-read again after a rotary wrote over it) shows only in the model around it. This module builds the
-smallest model of a modeling module that instantiates a given class (or calls a given function):
-the module's own model classes, from the config (shrunk to one or two layers when it allows),
-float32 on the CPU, and finds inputs its forward accepts (token ids, hidden states or pixels).
+read again after a rotary wrote over it) shows only where it is consumed, which can be anywhere in
+the model: a norm safe inside an MoE block can feed two branches of the decoder layer around it.
+So the probes run the module's **top model** (:func:`top_model_class`: the class that holds every
+other one, e.g. the causal LM or the conditional-generation model) and nothing smaller: built from
+consistently shrunk copies of the config (:mod:`ligerkit.shrink`), each counted on the meta device
+against a parameter budget first, then built directly on the device, float32, seeded, with inputs
+long enough to route every expert (images with their placeholder tokens where the model takes them).
+When the top model cannot be built, run, or never uses the symbol, :class:`Unrunnable` says which
+class, which configs were tried and why: there is no fallback to a block.
 """
 
 from __future__ import annotations
 
-import inspect
 import types
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -20,16 +23,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.hf import config_class_of, quiet_transformers, small_config, smaller_copies, text_config
+from ligerkit.probe.inputs import BATCH, input_candidates
+from ligerkit.probe.top_model import _base_config, _fingerprint, _make, _meta, top_model_class
+from ligerkit.probe.top_model import class_references, module_config
+from ligerkit.shrink import iter_whole_model_configs, whole_model_configs
 
-BATCH, SEQ = 2, 8
-MAX_PARAMETERS = 20_000_000  # a probe model larger than this is not built (counted on the meta device)
-_PREFERRED = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model", "Encoder", "Transformer",
-              "DecoderLayer", "EncoderLayer", "Layer", "Block")
+
+CPU_PARAMETER_BUDGET = 250_000_000  # three float32 copies with gradients fit a 24 GiB, 2-core machine
+CUDA_PARAMETER_BUDGET = 2_000_000_000
+
+__all__ = ["Runnable", "Unrunnable", "build_model_class", "class_references", "first_tensor", "module_config",
+           "parameter_budget", "runnable_model", "top_model_class", "whole_model_configs"]
 
 
 class Unrunnable(Exception):
-    """No model of the module could be built and run with the inputs tried."""
+    """The module's top model could not be built, run, or made to use the probed symbol."""
 
 
 @dataclass
@@ -40,6 +48,7 @@ class Runnable:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     config: Any = None
+    label: str = ""  # which shrunk config built it (``shrink.whole_model_configs``)
 
     def loss(self) -> torch.Tensor:
         """A scalar with a non-trivial gradient for every parameter that reaches the output: a fixed
@@ -50,7 +59,8 @@ class Runnable:
 
 
 def first_tensor(out: Any) -> torch.Tensor:
-    """The main tensor of a model output: logits, last hidden state, or the first tensor found."""
+    """The main tensor of a model output: logits, last hidden state, or the first floating tensor
+    found (inside tuples, lists and dicts too, e.g. a backbone's feature maps)."""
     if isinstance(out, torch.Tensor):
         return out
     for name in ("logits", "last_hidden_state"):
@@ -61,144 +71,142 @@ def first_tensor(out: Any) -> torch.Tensor:
     for value in items:
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             return value
+        if isinstance(value, (tuple, list, dict)):
+            try:
+                return first_tensor(value)
+            except Unrunnable:
+                continue
     raise Unrunnable(f"the model returned {type(out).__name__}, with no tensor to take a loss of")
 
 
-def module_config(module: types.ModuleType, config: Any) -> Any:
-    """``config``, else the module's own config class at small dimensions, else ``None``."""
-    if config is not None:
-        return config
-    cls = config_class_of(module)
-    if cls is None:
-        return None
+def parameter_budget(device: str | torch.device) -> int:
+    """The most parameters a probe model may have on ``device`` (counted on the meta device first)."""
+    return CUDA_PARAMETER_BUDGET if torch.device(device).type == "cuda" else CPU_PARAMETER_BUDGET
+
+
+def build_model_class(cls: type, config: Any, device: str | torch.device = "cpu") -> nn.Module:
+    """``cls`` built from ``config`` the way the probes build it (float32, seeded, directly on
+    ``device``); raises :class:`Unrunnable` when it does not build."""
+    torch.manual_seed(0)
     try:
-        return small_config(cls)
-    except ValueError:
-        return None
+        with torch.device(device):
+            return _make(cls, config)
+    except Exception as exc:
+        raise Unrunnable(f"{cls.__name__} does not build from this config ({_short(exc)})") from exc
 
 
-def _model_classes(module: types.ModuleType) -> list[type]:
-    classes = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, nn.Module)
-               and v.__module__ == module.__name__]
-
-    def rank(cls: type) -> int:
-        return next((i for i, suffix in enumerate(_PREFERRED) if cls.__name__.endswith(suffix)), len(_PREFERRED))
-
-    return sorted(classes, key=rank)
-
-
-def build_model_class(cls: type, config: Any) -> nn.Module:
-    """``cls`` built from ``config`` the way the probes build it (float32, seeded); raises
-    :class:`Unrunnable` when it does not build."""
-    model = _build(cls, config)
-    if model is None:
-        raise Unrunnable(f"{cls.__name__} does not build from this config")
-    return model
-
-
-def _build(cls: type, config: Any) -> nn.Module | None:
-    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
-    required = [p.name for p in params if p.default is inspect.Parameter.empty
-                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    extra = {"layer_idx": 0} if required[1:] == ["layer_idx"] else {}  # a decoder layer: the first one
-    if len(required) != 1 + len(extra):
-        return None
-
-    def make() -> nn.Module:
-        with warnings.catch_warnings(), quiet_transformers():
-            warnings.simplefilter("ignore")
-            if hasattr(cls, "_from_config") and hasattr(cls, "config_class"):
-                return cls._from_config(config, dtype=torch.float32)
-            return cls(config, **extra).float()
-
-    try:
-        with torch.device("meta"):
-            size = sum(p.numel() for p in make().parameters())
-        if size > MAX_PARAMETERS:
-            return None
-        torch.manual_seed(0)
-        return make()
-    except Exception:
-        return None
-
-
-def _layer_kwargs(module: types.ModuleType, config: Any, model: nn.Module, hidden: torch.Tensor) -> dict[str, Any]:
-    """What a decoder layer's forward needs besides the hidden states: the module's own rotary
-    embedding (cos, sin), position ids, no mask."""
-    accepted = inspect.signature(model.forward).parameters
-    kwargs: dict[str, Any] = {}
-    positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ)
-    if "position_ids" in accepted:
-        kwargs["position_ids"] = positions
-    if "position_embeddings" in accepted:
-        rotary = next((v for n, v in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(v, type)
-                       and v.__module__ == module.__name__), None)
-        if rotary is None:
-            return {}
-        with quiet_transformers():
-            kwargs["position_embeddings"] = rotary(config)(hidden, positions)
-    return kwargs
-
-
-def _input_candidates(config: Any, module: types.ModuleType, model: nn.Module) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    g = torch.Generator().manual_seed(11)
-    text = text_config(config)
-    found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-    vocab = getattr(text, "vocab_size", None)
-    if isinstance(vocab, int) and vocab > 3:
-        ids = torch.randint(3, vocab, (BATCH, SEQ), generator=g)
-        found += [((), {"input_ids": ids}), ((ids,), {})]
-        if "decoder_input_ids" in inspect.signature(model.forward).parameters:  # encoder-decoder
-            found.append(((), {"input_ids": ids, "decoder_input_ids": ids.flip(-1)}))
-    width = getattr(text, "hidden_size", None) or getattr(config, "hidden_size", None)
-    if isinstance(width, int):
-        hidden = torch.randn(BATCH, SEQ, width, generator=g)
-        found.append(((hidden,), {}))
-        try:
-            layer = _layer_kwargs(module, config, model, hidden)
-        except Exception:  # the module's rotary embedding does not build from this config
-            layer = {}
-        if layer:
-            found.append(((hidden,), layer))
-    size, channels = getattr(config, "image_size", None), getattr(config, "num_channels", 3)
-    if isinstance(size, int) and isinstance(channels, int):
-        pixels = torch.randn(BATCH, channels, size, size, generator=g)
-        found += [((), {"pixel_values": pixels}), ((pixels,), {})]
-    return found
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 Watch = Callable[[nn.Module], AbstractContextManager[Callable[[], bool]]]
 
 
-def runnable_model(module: types.ModuleType, config: Any, watch: Watch) -> Runnable:
-    """The cheapest model of ``module`` that runs and exercises what the caller probes.
+def runnable_model(module: types.ModuleType, config: Any, watch: Watch, device: str | torch.device = "cpu",
+                   symbol: str = "it") -> Runnable:
+    """The module's top model (:func:`top_model_class`), built and run so that it uses what the
+    caller probes.
 
-    ``with watch(model) as used:`` wraps each trial forward; ``used()`` then says whether the model
-    used what the caller probes (called an instance of a class, called a function). Raises
-    :class:`Unrunnable` with what was tried.
+    ``config`` is the caller's config (honoured first at its own widths), else ``None`` for the
+    module's default. ``with watch(model) as used:`` wraps each trial forward; ``used()`` then says
+    whether the model used what the caller probes (``symbol`` names it in messages). The configs of
+    :func:`ligerkit.shrink.whole_model_configs` are tried cheapest first, each counted on the meta
+    device against :func:`parameter_budget`. Raises :class:`Unrunnable` naming the class, the
+    configs tried and the last error; never falls back to a smaller class.
     """
-    config = module_config(module, config)
-    if config is None:
-        raise Unrunnable(f"no config to build {module.__name__}'s models from (pass config=)")
+    given_config, given = _base_config(module, config)
+    top = top_model_class(module, given_config if given else None)
+    if top is None:
+        raise Unrunnable(f"{module.__name__} has no model class that takes a config")
+    base = given_config if given else _base_config(module, None, top)[0]
+    if base is None:
+        raise Unrunnable(f"no config to build {top.__name__} from (pass config=)")
+    budget = parameter_budget(device)
     tried: list[str] = []
-    for cfg in smaller_copies(config):
-        for cls in _model_classes(module):
-            model = _build(cls, cfg)
-            if model is None:
-                continue
-            model.train()
-            for args, kwargs in _input_candidates(cfg, module, model):
-                candidate = Runnable(model, args, kwargs, cfg)
-                with watch(model) as used:
-                    try:
-                        with torch.no_grad():
-                            candidate.loss()
-                    except Exception:
-                        continue
-                    ok = used()
-                if ok:
-                    return candidate
-                tried.append(f"{cls.__name__} runs but never uses it")
-                break
-    detail = "; ".join(dict.fromkeys(tried)) or "no model class of the module builds from the config and runs"
-    raise Unrunnable(f"{module.__name__}: {detail}")
+    ran = False
+    for label, cfg in _trials(top, base, given):
+        meta = _meta(top, cfg)
+        if meta is None:
+            tried.append(f"{label}: {_build_error(top, cfg)}")
+            continue
+        size = sum(p.numel() for p in meta.parameters())
+        del meta
+        if size > budget:
+            tried.append(f"{label}: {size / 1e6:,.0f}M parameters, over the {budget / 1e6:,.0f}M budget")
+            continue
+        try:
+            model = build_model_class(top, cfg, device)
+        except Unrunnable as exc:
+            tried.append(f"{label}: {exc}")
+            continue
+        model.train()
+        error, binding = "no inputs its forward takes", True
+        for args, kwargs in input_candidates(cfg, model, BATCH, device):
+            candidate = Runnable(model, args, kwargs, cfg, label)
+            with watch(model) as used:
+                try:
+                    with torch.no_grad():
+                        candidate.loss()
+                except Exception as exc:
+                    if binding:  # the first error past argument binding says most
+                        error, binding = _short(exc), _is_binding_error(exc)
+                    continue
+                ok = used()
+            if ok:
+                return candidate
+            ran = True
+            failed = "" if binding or error.startswith("runs but") else f" (richer inputs failed: {error})"
+            error, binding = f"runs but never uses {symbol}{failed}", False
+        tried.append(f"{label}: {error}")
+    if ran:
+        raise Unrunnable(f"{top.__name__} runs but never uses {symbol} (tried: {'; '.join(tried)})")
+    raise Unrunnable(f"{top.__name__} could not be built and run (tried: {'; '.join(tried) or 'no config'})")
+
+
+class _Lazy:
+    """An iterator's items, made once and replayed to every later reader."""
+
+    def __init__(self, items: Iterator[tuple[str, Any]]):
+        self._items, self._made = items, []
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        i = 0
+        while True:
+            if i == len(self._made):
+                try:
+                    self._made.append(next(self._items))
+                except StopIteration:
+                    return
+            yield self._made[i]
+            i += 1
+
+
+_TRIALS: dict[tuple[str, str, bool], _Lazy] = {}
+
+
+def _trials(top: type, base: Any, given: bool) -> _Lazy:
+    """The shrunk configs for ``top`` (:func:`ligerkit.shrink.iter_whole_model_configs`), made once per
+    class and config (the in-place check asks once per symbol)."""
+    key = (f"{top.__module__}.{top.__qualname__}", _fingerprint(base), given)
+    if key not in _TRIALS:
+        if len(_TRIALS) > 32:
+            _TRIALS.clear()
+        _TRIALS[key] = _Lazy(iter_whole_model_configs(base, given, lambda c: _meta(top, c)))
+    return _TRIALS[key]
+
+
+def _is_binding_error(exc: BaseException) -> bool:
+    """A forward refused its arguments (missing, unexpected) rather than failing inside."""
+    text = str(exc)
+    return isinstance(exc, TypeError) and ("argument" in text and ("missing" in text or "unexpected" in text
+                                                                    or "positional" in text))
+
+
+def _build_error(cls: type, config: Any) -> str:
+    try:
+        with torch.device("meta"):
+            _make(cls, config)
+    except Exception as exc:
+        return f"does not build ({_short(exc)})"
+    return "does not build"

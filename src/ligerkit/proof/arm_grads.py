@@ -51,6 +51,7 @@ class ArmGrads:
     graph_breaks: int = 0
     losses: list[float] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)  # trainable, but no gradient in the float32 run
 
     @property
     def max_error(self) -> float:
@@ -70,7 +71,7 @@ class ArmGrads:
         """JSON-ready summary (the per-tensor errors included)."""
         return {"name": self.name, "loss": self.loss, "max_error": self.max_error, "mean_error": self.mean_error,
                 "worst": self.worst(), "swaps": self.swaps, "graph_breaks": self.graph_breaks, "losses": self.losses,
-                "changed": self.changed, "errors": self.errors}
+                "changed": self.changed, "not_compared": self.not_compared, "errors": self.errors}
 
 
 def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping[str, Arm],
@@ -89,9 +90,13 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     size = truth_engine.config.train.micro_batch_size
     losses32 = [gradients(model, recipe_loss(truth_engine, device, i * size))[0] for i in range(calls - 1)]
-    loss32, truth = gradients(model, recipe_loss(truth_engine, device, (calls - 1) * size))
+    reached: set[str] = set()
+    loss32, truth = gradients(model, recipe_loss(truth_engine, device, (calls - 1) * size), reached)
+    missing = [k for k in truth if k not in reached]  # trainable, no gradient from the sample: not compared
+    truth = {k: v for k, v in truth.items() if k in reached}
     del model
-    out = {"float32": ArmGrads("float32", loss32, {k: 0.0 for k in truth}, losses=[*losses32, loss32])}
+    out = {"float32": ArmGrads("float32", loss32, {k: 0.0 for k in truth}, losses=[*losses32, loss32],
+                               not_compared=missing)}
     for name, arm in arms.items():
         engine = load_engine(config, [*overrides, *arm.overrides])
         try:
@@ -108,7 +113,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
             changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
             swaps = len(engine.kit.report.patched) if engine.kit.active else 0
             out[name] = ArmGrads(name, value, {k: relative_error(grads[k], truth[k]) for k in truth}, swaps,
-                                 sum(counters["graph_break"].values()), [*losses, value], changed)
+                                 sum(counters["graph_break"].values()), [*losses, value], changed, missing)
             del before
             del model, grads
         finally:

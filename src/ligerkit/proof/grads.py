@@ -12,7 +12,12 @@ revert between arms:
 For each parameter tensor ``r = ||g - g_fp32|| / ||g_fp32||``. The patched model fails when any
 tensor's ``r`` exceeds ``factor * r(eager) + slack`` (defaults 2 and 0.01), and the result names
 the worst tensors. What it cannot see: a swap whose error only shows at other shapes or after many
-steps (``smoke``'s loss curves cover steps), and a module the batch never reaches.
+steps (``smoke``'s loss curves cover steps), and a parameter the batch never reaches.
+
+A verdict names its coverage: the model class it ran, how many parameter tensors it compared and
+what share of the model's trainable parameters they hold. Every parameter that requires a
+gradient counts; one that got no gradient in the float32 run is *not compared*, and a result that
+compared less than all of them is **PARTIAL** (never PASS), whatever the compared tensors say.
 """
 
 from __future__ import annotations
@@ -47,18 +52,73 @@ class TensorError:
         return math.isfinite(self.patched) and self.patched <= self.bound
 
 
+PASS, PARTIAL, FAIL = "PASS", "PARTIAL", "FAIL"
+PARTIAL_EXIT = 4  # the CLI's exit code for a PARTIAL verdict (PASS 0, FAIL 1, no GPU 3)
+
+
+def exit_code(verdict: str) -> int:
+    """The CLI exit code of a gradient verdict: PASS 0, FAIL 1, PARTIAL :data:`PARTIAL_EXIT`."""
+    return {PASS: 0, FAIL: 1, PARTIAL: PARTIAL_EXIT}[verdict]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a gradient verdict saw: the model, and which of its trainable parameters it compared."""
+
+    model: str
+    compared: int  # parameter tensors compared
+    total: int  # parameter tensors that require a gradient
+    compared_numel: int
+    total_numel: int
+    not_compared: tuple[str, ...] = ()  # required a gradient, got none
+
+    @property
+    def share(self) -> float:
+        """The share of the trainable parameters (by element count) the compared tensors hold."""
+        return self.compared_numel / self.total_numel if self.total_numel else 0.0
+
+    @property
+    def complete(self) -> bool:
+        """Every parameter that requires a gradient was compared."""
+        return self.total > 0 and self.compared == self.total
+
+    def describe(self) -> str:
+        """``in Qwen3ForCausalLM: 310 of 310 tensors (100% of the parameters)``."""
+        missing = ""
+        if self.not_compared:
+            shown = ", ".join(self.not_compared[:3]) + (" ..." if len(self.not_compared) > 3 else "")
+            missing = f"; no gradient: {shown}"
+        return (f"in {self.model}: {self.compared} of {self.total} tensors ({self.share:.1%} of the parameters)"
+                f"{missing}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"model": self.model, "compared": self.compared, "total": self.total, "share": self.share,
+                "not_compared": list(self.not_compared)}
+
+
 @dataclass
 class GradParity:
-    """Per-tensor errors of the eager and the patched arm, the three losses, and the verdict."""
+    """Per-tensor errors of the eager and the patched arm, the three losses, the coverage, the verdict."""
 
     tensors: list[TensorError]
     losses: dict[str, float]
     tolerance: GradTolerance = field(default_factory=GradTolerance)
+    coverage: Coverage | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``FAIL`` (a tensor over its bound), ``PARTIAL`` (not every trainable parameter compared), or ``PASS``."""
+        if not self.tensors or not all(t.ok for t in self.tensors):
+            return FAIL
+        if self.coverage is None or not self.coverage.complete:
+            return PARTIAL
+        return PASS
 
     @property
     def passed(self) -> bool:
-        """Every tensor within the tolerance."""
-        return bool(self.tensors) and all(t.ok for t in self.tensors)
+        """Every trainable parameter compared, and every tensor within the tolerance."""
+        return self.verdict == PASS
 
     @property
     def failures(self) -> list[TensorError]:
@@ -83,13 +143,16 @@ class GradParity:
         """One line: the verdict, the worst tensor, the largest errors."""
         worst = self.worst(1)
         name = f"worst {worst[0].name}: {worst[0].patched:.3g} vs bound {worst[0].bound:.3g}; " if worst else ""
-        return (f"gradients {'PASS' if self.passed else 'FAIL'} ({len(self.tensors)} tensors; {name}"
+        seen = self.coverage.describe() if self.coverage is not None else f"{len(self.tensors)} tensors"
+        return (f"gradients {self.verdict} ({seen}; {name}"
                 f"max relative error eager {self.max_eager:.3g}, patched {self.max_patched:.3g}; "
                 f"bound {self.tolerance.factor:g} x eager + {self.tolerance.slack:g})")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (worst tensors first)."""
-        return {"passed": self.passed, "tolerance": {"factor": self.tolerance.factor, "slack": self.tolerance.slack},
+        return {"passed": self.passed, "verdict": self.verdict,
+                "coverage": self.coverage.to_dict() if self.coverage is not None else None,
+                "tolerance": {"factor": self.tolerance.factor, "slack": self.tolerance.slack},
                 "losses": dict(self.losses), "max_eager": self.max_eager, "max_patched": self.max_patched,
                 "failures": [t.name for t in self.failures],
                 "tensors": [t.__dict__ for t in self.worst(len(self.tensors))]}
@@ -99,15 +162,26 @@ def _ratio(t: TensorError) -> float:
     return t.patched / t.bound if math.isfinite(t.patched) else math.inf
 
 
-def gradients(model: nn.Module, loss: Loss) -> tuple[float, dict[str, torch.Tensor]]:
-    """One forward and backward: the loss and every parameter's gradient (float32, detached)."""
+def gradients(model: nn.Module, loss: Loss, reached: set[str] | None = None) -> tuple[float, dict[str, torch.Tensor]]:
+    """One forward and backward: the loss and every parameter's gradient (float32, detached; zeros
+    for a parameter that got none). ``reached``, when given, receives the names that got one."""
     model.zero_grad(set_to_none=True)
     value = loss(model)
     value.backward()
     grads = {name: (p.grad.detach().float() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32))
              for name, p in model.named_parameters() if p.requires_grad}
+    if reached is not None:
+        reached.update(name for name, p in model.named_parameters() if p.requires_grad and p.grad is not None)
     model.zero_grad(set_to_none=True)
     return float(value.detach().float()), grads
+
+
+def coverage_of(model: nn.Module, reached: set[str]) -> Coverage:
+    """The coverage of a comparison over ``model``'s trainable parameters, ``reached`` being compared."""
+    trainable = [(name, p.numel()) for name, p in model.named_parameters() if p.requires_grad]
+    seen = [(name, n) for name, n in trainable if name in reached]
+    return Coverage(type(model).__name__, len(seen), len(trainable), sum(n for _, n in seen),
+                    sum(n for _, n in trainable), tuple(name for name, _ in trainable if name not in reached))
 
 
 def grad_parity(build: Build, loss: Loss, patched: Callable[[], AbstractContextManager[Any]],
@@ -117,12 +191,16 @@ def grad_parity(build: Build, loss: Loss, patched: Callable[[], AbstractContextM
     ``build()`` returns the model on its device in float32 (called once per arm; the float32 arm's
     weights are loaded into the others, cast to ``dtype``, so every arm starts from the same point).
     ``patched()`` is a context manager under which the swaps are on (``kit.applied(...)``); the patched
-    arm is built and run inside it and everything is reverted when it exits.
+    arm is built and run inside it and everything is reverted when it exits. The coverage is read from
+    the float32 run: a trainable parameter without a gradient there is not compared.
     """
     tolerance = tolerance or GradTolerance()
     truth_model = build().float()
     state = {k: v.detach().clone() for k, v in truth_model.state_dict().items()}
-    loss32, truth = gradients(truth_model, loss)
+    reached: set[str] = set()
+    loss32, truth = gradients(truth_model, loss, reached)
+    coverage = coverage_of(truth_model, reached)
+    truth = {name: g for name, g in truth.items() if name in reached}  # no gradient: not compared
     del truth_model
 
     def arm() -> tuple[float, dict[str, float]]:
@@ -139,4 +217,5 @@ def grad_parity(build: Build, loss: Loss, patched: Callable[[], AbstractContextM
     with patched():
         loss_patched, swapped = arm()
     tensors = [TensorError(name, eager[name], swapped[name], tolerance.bound(eager[name])) for name in truth]
-    return GradParity(tensors, {"float32": loss32, "eager": loss_eager, "patched": loss_patched}, tolerance)
+    return GradParity(tensors, {"float32": loss32, "eager": loss_eager, "patched": loss_patched}, tolerance,
+                      coverage)

@@ -24,6 +24,7 @@ from ligerkit.kit.core import LigerKernelKit
 from ligerkit.kit.custom import CustomPatches, LigerPatch
 from ligerkit.proof.arm_grads import recipe_loss
 from ligerkit.proof.grads import GradParity, GradTolerance, grad_parity
+from ligerkit.probe.aliasing import checked_on
 from ligerkit.probe.catalog import by_name
 from ligerkit.probe.runnable import Runnable, build_model_class, runnable_model
 from ligerkit.suggest import Suggestion
@@ -66,33 +67,44 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
 
 def map_grad_parity(module: types.ModuleType, config: Any, custom_patches: CustomPatches, device: torch.device,
                     tolerance: GradTolerance | None = None, probe: bool = True) -> GradParity:
-    """Per-tensor gradients of a small model of ``module`` with ``custom_patches`` applied vs not.
+    """Per-tensor gradients of ``module``'s whole model with ``custom_patches`` applied vs not.
 
-    The model is the cheapest one of the module that runs (``runnable``), rebuilt per arm on
-    ``device``; the loss is a fixed random projection of its output. ``probe=False`` applies a map
-    the kit would refuse, to show what the check then finds.
+    The model is the module's top class (``runnable``: causal LM, conditional generation, ...) from a
+    consistently shrunk config, built directly on ``device`` for each arm; the loss is a fixed random
+    projection of its output. The kit's in-place checks run on ``device`` too (a model too large for
+    the CPU is checked there). ``probe=False`` applies a map the kit would refuse, to show what the
+    check then finds. The result's coverage names the model and the tensors compared.
     """
+    with checked_on(device.type):
+        return _map_grad_parity(module, config, custom_patches, device, tolerance, probe)
+
+
+def _map_grad_parity(module: types.ModuleType, config: Any, custom_patches: CustomPatches, device: torch.device,
+                     tolerance: GradTolerance | None, probe: bool) -> GradParity:
     classes = tuple(obj for obj in _originals(module, custom_patches) if isinstance(obj, type))
 
     def watch(model: nn.Module) -> Any:
         uses = not classes or any(isinstance(m, classes) for m in model.modules())
         return nullcontext(lambda: uses)
 
-    found = runnable_model(module, config, watch)
+    found = runnable_model(module, config, watch, device=device.type)
+    model_class, built_from = type(found.model), found.config
+    model_name = model_class.__name__
+    args, kwargs = _on(device, found.args, found.kwargs)
+    del found  # each arm builds its own model
     kit = LigerKernelKit()
-    inputs = Runnable(found.model, *_on(device, found.args, found.kwargs))
 
     def build() -> nn.Module:
         # the class as the module binds it now: the map may patch the model class itself
-        cls = getattr(module, type(found.model).__name__, type(found.model))
-        model = build_model_class(cls, found.config)
+        cls = getattr(module, model_name, None) or model_class
+        model = build_model_class(cls, built_from, device=device.type)
         if kit.active:
             kit.verify(model)
         return model.to(device)
 
     def loss(model: nn.Module) -> torch.Tensor:
         dtype = next(model.parameters()).dtype  # float inputs (hidden states, pixels) follow the arm's dtype
-        return Runnable(model, *_on(device, inputs.args, inputs.kwargs, dtype)).loss()
+        return Runnable(model, *_on(device, args, kwargs, dtype)).loss()
 
     @contextmanager
     def patched() -> Iterator[None]:
@@ -100,6 +112,13 @@ def map_grad_parity(module: types.ModuleType, config: Any, custom_patches: Custo
             yield
 
     return grad_parity(build, loss, patched, torch.bfloat16, tolerance)
+
+
+def ablate_map(module: types.ModuleType, config: Any, custom_patches: CustomPatches, device: torch.device,
+               tolerance: GradTolerance | None = None) -> dict[str, GradParity]:
+    """Each key of a map proven alone on the same whole model (which swap moves a failing gradient)."""
+    return {key: map_grad_parity(module, config, {key: value}, device, tolerance)
+            for key, value in custom_patches.items()}
 
 
 def suggested_patches(suggestion: Suggestion) -> dict[str, list[LigerPatch]]:

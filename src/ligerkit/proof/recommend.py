@@ -12,7 +12,8 @@ Two rules, both against references measured in the same ``ligerkit bench`` invoc
   ``eager`` arm's error for an uncompiled arm and the ``compile`` arm's for a compiled one (compiling
   changes rounding by itself); ``compile`` is judged against ``eager``, and a compiled arm passes only
   when ``compile`` does. A parameter or buffer the pass changed (a kernel writing into a weight)
-  fails the arm too.
+  fails the arm too, and so does a trainable parameter the sample gave no gradient (PARTIAL: what
+  was not compared is not proven).
 
 ``eager`` is the reference, so it is always the fallback. Everything here is pure: the bench feeds
 it measured numbers, tests feed it synthetic ones.
@@ -43,6 +44,11 @@ class GradErrors(Protocol):
     @property
     def changed(self) -> Sequence[str]:
         """Parameters or buffers the forward and backward changed (must be none)."""
+        ...
+
+    @property
+    def not_compared(self) -> Sequence[str]:
+        """Trainable parameters the sample gave no gradient (not compared: the check is partial)."""
         ...
 
 
@@ -181,6 +187,10 @@ def _check_one(arm: str, result: GradErrors, reference: str, ref: GradErrors, to
                          tuple(failures + missing), top)
     if ref_check is not None and not ref_check.passed:
         return GradCheck(arm, reference, False, f"its reference arm {reference} failed ({ref_check.reason})", (), top)
+    unseen = list(getattr(result, "not_compared", ()))
+    if unseen:
+        return GradCheck(arm, reference, False, f"PARTIAL: {len(unseen)} trainable parameter tensors got no gradient "
+                         f"from the sample and were not compared (first: {unseen[0]})", tuple(unseen), top)
     return GradCheck(arm, reference, True, f"every gradient within {tolerance.factor:g} x {reference} + "
                      f"{tolerance.slack:g}", (), top)
 

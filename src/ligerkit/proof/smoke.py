@@ -17,7 +17,7 @@ from typing import Any
 
 from ligerkit.train.config import load_recipe_config
 from ligerkit.proof.arms import summarize
-from ligerkit.proof.grads import GradParity
+from ligerkit.proof.grads import FAIL, PASS, GradParity
 from ligerkit.proof.arms import Runner
 
 # (loss absolute tolerance, grad-norm relative tolerance) by training dtype
@@ -53,16 +53,24 @@ class SmokeResult:
                                                                   strict=True)]
 
     @property
+    def verdict(self) -> str:
+        """``FAIL`` (a loss, grad-norm or gradient tensor over its tolerance), ``PARTIAL`` (all within,
+        but the gradient pass did not compare every trainable parameter), or ``PASS``."""
+        curves = (max(self.loss_gaps) <= self.loss_tolerance
+                  and max(self.grad_norm_rel_gaps) <= self.grad_norm_rtol)
+        grads = self.gradients.verdict if self.gradients is not None else PASS
+        return FAIL if not curves or grads == FAIL else grads
+
+    @property
     def passed(self) -> bool:
-        """Every step within both tolerances, and every step-1 gradient tensor within its bound."""
-        return (max(self.loss_gaps) <= self.loss_tolerance
-                and max(self.grad_norm_rel_gaps) <= self.grad_norm_rtol
-                and (self.gradients is None or self.gradients.passed))
+        """Every step within both tolerances, and every step-1 gradient of every trainable parameter
+        within its bound."""
+        return self.verdict == PASS
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"config": self.config, "dtype": self.dtype, "loss_tolerance": self.loss_tolerance,
-                "grad_norm_rtol": self.grad_norm_rtol, "passed": self.passed,
+                "grad_norm_rtol": self.grad_norm_rtol, "passed": self.passed, "verdict": self.verdict,
                 "max_loss_gap": max(self.loss_gaps), "max_grad_norm_rel_gap": max(self.grad_norm_rel_gaps),
                 "gradients": self.gradients.to_dict() if self.gradients is not None else None,
                 "off": self.off, "on": self.on}
@@ -108,7 +116,7 @@ def write_outputs(result: SmokeResult, out: Path) -> list[Path]:
     ax_loss.set(title=f"loss (max gap {max(result.loss_gaps):.2e}, tol {result.loss_tolerance:g})", xlabel="step")
     ax_gn.set(title="grad norm", xlabel="step")
     ax_loss.legend()
-    fig.suptitle(f"{Path(result.config).parent.parent.name}: {'PASS' if result.passed else 'FAIL'}")
+    fig.suptitle(f"{Path(result.config).parent.parent.name}: {result.verdict}")
     fig.tight_layout()
     plot = out / "smoke.png"
     fig.savefig(plot, dpi=100)

@@ -38,11 +38,13 @@ class Candidate:
     reason: str
     module_name: str | None = None  # semantic key for custom_patches
     results: list[ProbeResult] = field(default_factory=list)
+    in_place: dict[str, Any] | None = None  # the whole-model in-place check, when the match writes in place
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"symbol": self.symbol, "kind": self.kind, "verdict": self.verdict,
                 "replacement": self.replacement, "reason": self.reason, "module": self.module_name,
+                "in_place": self.in_place,
                 "probes": [{"replacement": r.replacement, "verdict": r.verdict, "reasons": list(r.reasons)}
                            for r in self.results]}
 
@@ -157,23 +159,22 @@ def _config_terms(obj: object, config: Any) -> str:
 
 
 def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, module: types.ModuleType,
-                   config: Any) -> Candidate:
-    """A matched candidate whose replacement writes in place, checked in the model the module builds.
+                   config: Any, whole_config: Any, device: str) -> Candidate:
+    """A matched candidate whose replacement writes in place, checked in the module's whole model
+    (built from ``whole_config``: the user's, or ``None`` for the family's own; ``config`` is the
+    probes' small one).
 
     Where another consumer shares what it writes, the out-of-place twin (same math) is suggested, or
-    the symbol is left off when there is none (rotary). Where the check cannot run (no model of the
-    module builds from the config), a norm takes its twin, which is always safe; a rotary keeps
-    Liger's kernel, which every attention layout measured so far reads safely, and the reason says
-    the check did not run (pass a complete config with --config to run it).
+    the symbol is left off when there is none (rotary). Where the check cannot run in the whole model
+    (it does not build or run from the config, or never uses the symbol), the write is *unproven*,
+    which is not safe: a norm takes its twin, a rotary is left off with how to prove it.
     """
     if not replacement.in_place:
         return candidate
-    found = in_place_hazard(obj, module, config, replacement.in_place)
+    found = in_place_hazard(obj, module, whole_config, replacement.in_place, device)
+    candidate.in_place = found.to_dict(replacement.in_place)
     if found.safe:
         candidate.reason += f"; its in-place write is safe here ({found.reason})"
-        return candidate
-    if not found.checked and twin(replacement) is None:
-        candidate.reason += f"; its in-place write was {found.reason}"
         return candidate
     why = f"{replacement.name} writes in place ({replacement.in_place}) and {found.reason}"
     alternative = twin(replacement)
@@ -184,13 +185,21 @@ def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, 
             candidate.replacement = alternative.name
             candidate.reason = f"{candidate.reason}; out of place: {why}"
             return candidate
+    prove = "" if found.checked else (
+        "; to prove it, pass a complete config (--config) whose whole model builds here, or run with --gpu "
+        "(the whole model built on the GPU)")
     candidate.verdict, candidate.replacement, candidate.module_name = "leave_off", None, None
-    candidate.reason = f"left off: {why}; no out-of-place Liger replacement has its math"
+    candidate.reason = f"left off: {why}; no out-of-place Liger replacement has its math{prove}"
     return candidate
 
 
-def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None) -> Suggestion:
-    """Probe every candidate symbol of a modeling module; see the module docstring."""
+def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None,
+            device: str = "cpu") -> Suggestion:
+    """Probe every candidate symbol of a modeling module; see the module docstring.
+
+    ``device`` is where the in-place checks build and run the module's whole model (``"cuda"``
+    with ``--gpu``: larger models fit, built directly on the GPU).
+    """
     module = load_module(module_spec)
     found = discover(module)
     if not found:
@@ -200,6 +209,8 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
             "probed: point suggest at the module that defines them)")
     config = load_config(config_spec, module, overrides)
     check_config_keys(found, module, config, config_spec)
+    # the whole model for the in-place checks: the user's config as given, else the family's own
+    whole_config = config if config_spec is not None or overrides else None
     built = _build(config)
     candidates = []
     for name, obj, kind in found:
@@ -215,7 +226,7 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
                 candidates.append(_in_place_safe(Candidate(
                     name, kind, MATCH, replacement.name,
                     f"computes what {replacement.name} computes{_config_terms(obj, config)}",
-                    replacement.module, results), obj, replacement, module, config))
+                    replacement.module, results), obj, replacement, module, config, whole_config, device))
                 break
         else:
             unprobed = [r for r in results if r.verdict == UNPROBED]

@@ -9,15 +9,13 @@ import json
 import re
 import sys
 import types
-import typing
 from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import LigerKitError
-from ligerkit.hf import config_class_of, small_config
+from ligerkit.hf import config_class_for, config_class_of, small_config
 from ligerkit.probe.catalog import CATALOG
 
-_MODEL_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "Model")
 _CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
 _CONFIG_GETATTR = re.compile(r"getattr\(\s*(?:self\.)?config\s*,\s*[\"'](\w+)[\"']")
 
@@ -79,40 +77,6 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
     if not isinstance(cls, type):
         raise SuggestError(f"--config {spec} is a {type(cls).__name__}, not a config class")
     return _small(cls, overrides)
-
-
-def config_class_for(module: types.ModuleType) -> type | None:
-    """The config class the module's models take: their ``config_class``, else the class their constructors'
-    ``config`` argument is annotated with, else the one ``PretrainedConfig`` subclass the module holds."""
-    cls = config_class_of(module)
-    if cls is not None:
-        return cls
-    own = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
-    own.sort(key=lambda c: next((i for i, end in enumerate(_MODEL_SUFFIXES) if c.__name__.endswith(end)), 9))
-    for candidate in own:
-        annotated = _config_annotation(candidate, module)
-        if annotated is not None:
-            return annotated
-    from transformers import PretrainedConfig
-
-    held = {v for v in vars(module).values() if isinstance(v, type) and issubclass(v, PretrainedConfig)
-            and v is not PretrainedConfig}
-    return held.pop() if len(held) == 1 else None
-
-
-def _config_annotation(cls: type, module: types.ModuleType) -> type | None:
-    """The class ``cls.__init__``'s ``config`` argument is annotated with (``X``, ``"X"`` or ``X | None``)."""
-    init = vars(cls).get("__init__")
-    if init is None or "config" not in inspect.signature(init).parameters:
-        return None
-    try:
-        hint = typing.get_type_hints(init, globalns=vars(module)).get("config")
-    except Exception:  # an annotation that does not resolve here
-        return None
-    options = [hint] if isinstance(hint, type) else list(typing.get_args(hint))
-    found = [t for t in options if isinstance(t, type) and t is not type(None)
-             and t.__name__ not in ("PretrainedConfig", "PreTrainedConfig")]
-    return found[0] if len(found) == 1 else None
 
 
 def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]) -> Any:

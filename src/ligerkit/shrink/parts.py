@@ -1,0 +1,187 @@
+"""The smaller parts of a shrunk config: a few experts (groups and top-k consistent), a small
+vocabulary with its special tokens inside, short sliding windows, small images, matched towers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ligerkit.shrink.tree import (
+    EXPERT_DEFAULTS,
+    FEW_EXPERTS,
+    MAX_TOP_K,
+    MIN_LAYERS,
+    SMALL_VOCAB,
+    WINDOW,
+    _GROUPS,
+    _IMAGE_TOKENS,
+    _SHARED,
+    _TOPK_GROUPS,
+    _TOP_K,
+    _get,
+    _ints,
+    _set,
+    config_tree,
+    expert_count,
+)
+
+
+def few_experts(config: Any, count: int = FEW_EXPERTS) -> None:
+    """At most ``count`` routed experts everywhere in the tree, with top-k, groups and shared experts
+    consistent (every group keeps two experts or more, the chosen groups hold top-k of them); an
+    expert count left unset by a MoE config's defaults gets :data:`EXPERT_DEFAULTS`. In place."""
+    for node in config_tree(config):
+        values = vars(node)
+        for name, default in EXPERT_DEFAULTS.items():
+            if name in values and values[name] is None:
+                _set(node, name, default)
+        groups = next((values[g] for g in _GROUPS if isinstance(values.get(g), int) and values[g] > 1), 1)
+        new_groups = min(groups, 2)
+        total = max(count, 2 * new_groups)
+        for name in [n for n in values if expert_count(n)]:
+            value = values.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > total:
+                _set(node, name, total)
+            elif isinstance(value, list) and all(isinstance(v, int) for v in value):
+                _set(node, name, [min(v, total) for v in value])
+        for name in _GROUPS:
+            if isinstance(values.get(name), int) and values[name] > 1:
+                _set(node, name, new_groups)
+        for name in _TOPK_GROUPS:
+            value = values.get(name)
+            if isinstance(value, int) and value > 0:
+                _set(node, name, new_groups if value >= groups else max(1, min(value, new_groups - 1)))
+        for name in _TOP_K:
+            value = values.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOP_K:
+                _set(node, name, MAX_TOP_K)
+        for name in _SHARED:
+            value = values.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                _set(node, name, 1)
+
+
+def _token_names(node: Any) -> list[str]:
+    return [k for k in vars(node) if not k.startswith("_") and ("token_id" in k or "token_index" in k
+                                                                or k.endswith("_token"))]
+
+
+def special_token_ids(config: Any) -> set[int]:
+    """Every token id a config names (pad/bos/eos, image and other placeholder tokens)."""
+    found: set[int] = set()
+    for node in config_tree(config):
+        for name in _token_names(node):
+            value = _get(node, name)
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                    found.add(v)
+    return found
+
+
+def small_vocabulary(config: Any, size: int = SMALL_VOCAB) -> None:
+    """Every vocabulary larger than ``size`` shrinks to it; special token ids outside it move to its top
+    end, in their original order (ranges between them stay ranges). In place."""
+    tree = config_tree(config)
+    shrunk = False
+    for node in tree:
+        for name, value in _ints(node).items():
+            if "vocab" in name and "type_vocab" not in name and not name.startswith("_") and value > size:
+                _set(node, name, size)
+                shrunk = True
+    if not shrunk:
+        return
+    outside = sorted(v for v in special_token_ids(config) if v >= size)
+    moved = {old: size - len(outside) + i for i, old in enumerate(outside)}
+    for node in tree:
+        for name in _token_names(node):
+            value = _get(node, name)
+            if isinstance(value, list):
+                _set(node, name, [moved.get(v, v) if isinstance(v, int) else v for v in value])
+            elif isinstance(value, int) and not isinstance(value, bool):
+                _set(node, name, moved.get(value, value))
+
+
+def placeholder_tokens(config: Any) -> None:
+    """Image and video placeholder token ids a config leaves unset get free ids at the top of its
+    vocabulary (the model then finds its images in the token ids). In place."""
+    vocab = next((v for node in config_tree(config) if isinstance(v := _get(node, "vocab_size"), int)), None)
+    if not isinstance(vocab, int):
+        return
+    taken = special_token_ids(config)
+    free = (i for i in range(vocab - 1, 0, -1) if i not in taken)
+    for node in config_tree(config):
+        for name, value in list(vars(node).items()):
+            if value is None and ("image_token" in name or "video_token" in name) and \
+                    name.endswith(("_id", "_index")) and not name.startswith("_"):
+                _set(node, name, next(free, None))
+
+
+def matched_towers(config: Any) -> None:
+    """A tower's output width (``out_hidden_size`` of a vision or audio sub-config) equal to the text
+    model's hidden size, which it feeds: a family's default config may pair towers and text models
+    of different sizes. In place."""
+    getter = getattr(config, "get_text_config", None)
+    text = getter() if callable(getter) else None
+    hidden = _get(text, "hidden_size") if text is not None and text is not config else None
+    if not isinstance(hidden, int):
+        return
+    for node in config_tree(config):
+        if node is not text and isinstance(_get(node, "out_hidden_size"), int) and node.out_hidden_size != hidden:
+            _set(node, "out_hidden_size", hidden)
+
+
+def shallow_stages(config: Any, blocks: int = MIN_LAYERS) -> None:
+    """Per-stage block counts (``depths`` lists of hierarchical vision and audio encoders) at most
+    ``blocks`` each: two keep a stage's alternating blocks (shifted windows). In place."""
+    for node in config_tree(config):
+        for name, value in list(vars(node).items()):
+            if (name == "depths" or name.endswith("_depths")) and isinstance(value, list) and value and \
+                    all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                _set(node, name, [min(v, blocks) for v in value])
+
+
+def short_windows(config: Any, window: int = WINDOW) -> None:
+    """Sliding windows and attention chunks shorter than the probe sequence, so they take effect."""
+    for node in config_tree(config):
+        for name, value in _ints(node).items():
+            if name in ("sliding_window", "attention_chunk_size", "sliding_window_size") and value > window:
+                _set(node, name, window)
+        if _get(node, "use_cache") is True:
+            _set(node, "use_cache", False)  # a probe's forward never reads a key/value cache
+
+
+def small_images(config: Any, per_side: int = 4) -> bool:
+    """Images of a few patches per side (the count divided by a power of two, at least ``per_side``),
+    and per-image token counts (squares pooled from the patch grid) that fit the new grid. In place;
+    ``True`` when anything changed."""
+    changed = False
+    for node in config_tree(config):
+        size, patch = _get(node, "image_size"), _get(node, "patch_size")
+        if not (isinstance(size, int) and isinstance(patch, int) and patch > 0 and size % patch == 0):
+            continue
+        patches = size // patch
+        shift = 0
+        while patches % (2 << shift) == 0 and patches >> (shift + 1) >= per_side:
+            shift += 1
+        if shift:
+            _set(node, "image_size", (patches >> shift) * patch)
+            changed = True
+        changed |= _pooled_tokens(config, patches, patches >> shift)
+    return changed
+
+
+def _pooled_tokens(config: Any, old: int, new: int) -> bool:
+    """Square image-token counts pooled from an ``old``-patch-wide grid, for a ``new``-wide one: the
+    same pooling factor where it divides the new grid, else one token per patch."""
+    changed = False
+    for node in config_tree(config):
+        for name, value in _ints(node).items():
+            side = math.isqrt(value) if value > 0 else 0
+            if not any(part in name for part in _IMAGE_TOKENS) or side * side != value:
+                continue
+            factor = max(1, old // side) if old % side == 0 or side > old else 0
+            fits = new if not factor or new % factor else new // factor
+            if fits != side:
+                _set(node, name, fits * fits)
+                changed = True
+    return changed
