@@ -258,3 +258,19 @@ def test_suggest_gpu_names_the_key_that_fails_alone_after_a_fail(monkeypatch):
     assert "leave rope off" in text.output
     as_json = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
     assert as_json["gradients"]["alone"]["rope"]["verdict"] == FAIL
+
+
+def test_a_replacement_the_model_cannot_construct_is_named_with_the_constructor_error():
+    from liger_kernel.transformers.layer_norm import LigerLayerNorm
+    from transformers import Qwen3Config, SamConfig
+    from transformers.models.qwen3 import modeling_qwen3
+    from transformers.models.sam import modeling_sam
+
+    from ligerkit.suggest.construction import construction_problem
+
+    problem = construction_problem(modeling_sam, "SamLayerNorm", LigerLayerNorm, SamConfig())
+    assert problem is not None and "data_format" in problem
+    assert modeling_sam.SamLayerNorm is not LigerLayerNorm  # the check leaves nothing swapped
+    small = Qwen3Config(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, num_hidden_layers=2, vocab_size=256)
+    assert construction_problem(modeling_qwen3, "Qwen3RMSNorm", LigerRMSNorm, small) is None

@@ -15,8 +15,9 @@ from torch import nn
 from ligerkit.errors import LigerKitError
 from ligerkit.hf import SMALL_DIMS
 from ligerkit.probe.aliasing import in_place_hazard
-from ligerkit.probe.catalog import Replacement, by_kind, twin
+from ligerkit.probe.catalog import Replacement, by_kind, by_name, twin
 from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
+from ligerkit.suggest.construction import construction_problem
 from ligerkit.suggest.inputs import SuggestError, load_config, load_module
 from ligerkit.suggest.needs import check_config_keys
 from ligerkit.suggest.official import OfficialHelper, official_helper
@@ -193,6 +194,21 @@ def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, 
     return candidate
 
 
+def _constructs(candidate: Candidate, module: types.ModuleType, config: Any, built: _Built | None) -> Candidate:
+    """A matched class left off when the model (which builds unpatched) does not build with it."""
+    if candidate.verdict != MATCH or built is None or candidate.replacement is None:
+        return candidate
+    problem = construction_problem(module, candidate.symbol, by_name(candidate.replacement).obj, config)
+    if problem is None:
+        return candidate
+    candidate.verdict, candidate.module_name = "leave_off", None
+    candidate.reason = (f"left off: {candidate.replacement} has its math, but {built.model_class} does not build "
+                        f"with it ({problem}): the model constructs {candidate.symbol} with arguments the "
+                        "replacement does not take")
+    candidate.replacement = None
+    return candidate
+
+
 def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None,
             device: str = "cpu") -> Suggestion:
     """Probe every candidate symbol of a modeling module; see the module docstring.
@@ -223,10 +239,11 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
             result = probe(obj, replacement, config, module)
             results.append(result)
             if result.verdict == MATCH:
-                candidates.append(_in_place_safe(Candidate(
+                candidates.append(_constructs(_in_place_safe(Candidate(
                     name, kind, MATCH, replacement.name,
                     f"computes what {replacement.name} computes{_config_terms(obj, config)}",
-                    replacement.module, results), obj, replacement, module, config, whole_config, device))
+                    replacement.module, results), obj, replacement, module, config, whole_config, device),
+                    module, config, built))
                 break
         else:
             unprobed = [r for r in results if r.verdict == UNPROBED]
