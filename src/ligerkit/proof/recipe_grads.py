@@ -26,7 +26,8 @@ from ligerkit.proof.arm_grads import recipe_loss
 from ligerkit.proof.grads import GradParity, GradTolerance, grad_parity
 from ligerkit.probe.aliasing import checked_on
 from ligerkit.probe.catalog import by_name
-from ligerkit.probe.runnable import Runnable, build_model_class, runnable_model
+from ligerkit.errors import ModelBuildError
+from ligerkit.probe.runnable import Runnable, Unrunnable, build_model_class, runnable_model
 from ligerkit.suggest import Suggestion
 
 LIGER_ON = ("model.liger_kernel.enabled=true",)
@@ -97,7 +98,14 @@ def _map_grad_parity(module: types.ModuleType, config: Any, custom_patches: Cust
     def build() -> nn.Module:
         # the class as the module binds it now: the map may patch the model class itself
         cls = getattr(module, model_name, None) or model_class
-        model = build_model_class(cls, built_from, device=device.type)
+        try:
+            model = build_model_class(cls, built_from, device=device.type)
+        except Unrunnable as exc:
+            if not kit.active:
+                raise
+            raise ModelBuildError(f"the map breaks the construction of {model_name}, which builds without it: {exc}. "
+                                  "A replacement does not take the arguments the model passes to the symbol it "
+                                  "replaces; leave that key off (`ligerkit suggest` leaves such symbols off).") from exc
         if kit.active:
             kit.verify(model)
         return model.to(device)
