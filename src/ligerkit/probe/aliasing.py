@@ -35,6 +35,7 @@ from torch import nn
 from ligerkit.naming import qualified_name
 from ligerkit.probe.emulate import emulated_module_forward, emulated_rotary
 from ligerkit.probe.runnable import Runnable, Unrunnable, runnable_model
+from ligerkit.probe.top_model import config_fingerprint
 
 BACKWARD = "backward"  # dX written into dY
 FORWARD_AND_BACKWARD = "forward+backward"  # rotated q/k into their storage, dq/dk into the gradients
@@ -183,16 +184,6 @@ def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a - b).abs().max() > _TOLERANCE * max(scale, 1e-12)) if a.numel() else False
 
 
-def _fingerprint(config: Any) -> str:
-    to_json = getattr(config, "to_json_string", None)
-    if callable(to_json):
-        try:
-            return str(to_json())
-        except Exception:  # an unserializable field: fall back to the attribute dict
-            pass
-    return repr(sorted((k, repr(v)) for k, v in vars(config).items())) if hasattr(config, "__dict__") else repr(config)
-
-
 _CACHE: dict[tuple[int, str, str, str], AliasingResult] = {}
 
 
@@ -221,7 +212,7 @@ def in_place_hazard(source: object, module: types.ModuleType, config: Any = None
     kind of write and device.
     """
     device = device or _DEVICE.get()
-    key = (id(source), module.__name__, _fingerprint(config) if config is not None else "", writes, str(device))
+    key = (id(source), module.__name__, config_fingerprint(config) if config is not None else "", writes, str(device))
     if key not in _CACHE:
         _CACHE[key] = _detect(source, module, config, device)
     return _CACHE[key]

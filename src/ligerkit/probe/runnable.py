@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ligerkit.probe.inputs import BATCH, input_candidates
-from ligerkit.probe.top_model import _base_config, _fingerprint, _make, _meta, top_model_class
+from ligerkit.probe.top_model import _base_config, config_fingerprint, _make, _meta, top_model_class
 from ligerkit.probe.top_model import class_references, module_config
 from ligerkit.shrink import iter_whole_model_configs, whole_model_configs
 
@@ -188,7 +188,7 @@ _TRIALS: dict[tuple[str, str, bool], _Lazy] = {}
 def _trials(top: type, base: Any, given: bool) -> _Lazy:
     """The shrunk configs for ``top`` (:func:`ligerkit.shrink.iter_whole_model_configs`), made once per
     class and config (the in-place check asks once per symbol)."""
-    key = (f"{top.__module__}.{top.__qualname__}", _fingerprint(base), given)
+    key = (f"{top.__module__}.{top.__qualname__}", config_fingerprint(base), given)
     if key not in _TRIALS:
         if len(_TRIALS) > 32:
             _TRIALS.clear()

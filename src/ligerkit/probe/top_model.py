@@ -109,7 +109,8 @@ def _rank(cls: type) -> float:
     return 2.5 if rank > 2 and re.search(r"For[A-Z]", name) else rank  # a task head: before a bare Model
 
 
-def _fingerprint(config: Any) -> str:
+def config_fingerprint(config: Any) -> str:
+    """A config as a string, for cache keys (its JSON form, else its attributes)."""
     try:
         return json.dumps(config.to_dict(), sort_keys=True, default=repr)
     except Exception:
@@ -137,7 +138,7 @@ def top_model_class(module: types.ModuleType, config: Any = None) -> type | None
     """
     base, is_given = _base_config(module, config)
     given = base if is_given else None
-    key = (module.__name__, _fingerprint(given) if given is not None else "")
+    key = (module.__name__, config_fingerprint(given) if given is not None else "")
     if key not in _TOPS:
         _TOPS[key] = _top_model_class(module, given)
     return _TOPS[key]
