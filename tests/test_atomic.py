@@ -16,27 +16,9 @@ import faults
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.errors import LigerKitError
 from ligerkit.kit import ledger as ledger_module
-from ligerkit.kit.families import all_families
-from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, import_all, owners_of
 from toy_models import modeling_encoder as enc
 
 ENC = "toy_models.modeling_encoder"
-
-
-def _state() -> dict[tuple[int, object], object]:
-    """Every public binding (module globals, class attributes, table entries) the routes can touch."""
-    names = {m for f in all_families().values() for m in f.modeling_modules} | set(PROCESS_WIDE_MODULES) | {ENC}
-    state = {}
-    for owner in owners_of(import_all(sorted(names))):
-        items = owner.items() if hasattr(owner, "mapping") else vars(owner)
-        for key, value in list(items.items()):
-            if not (isinstance(key, str) and key.startswith("_")):
-                state[(id(owner), key)] = value
-    return state
-
-
-def _same(before: dict, after: dict) -> list[object]:
-    return [key for key in before.keys() | after.keys() if before.get(key, ...) is not after.get(key, ...)]
 
 
 def _custom(kit: LigerKernelKit) -> None:
@@ -66,7 +48,7 @@ ROUTES = {
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_a_failure_at_any_fault_point_leaves_every_binding_as_it_was(route, exc):
     setup, apply = ROUTES[route]
-    pristine = _state()
+    pristine = faults.bindings()
     for counting in (False, True):  # a first run imports and caches what later runs reuse
         kit = LigerKernelKit()
         setup(kit)
@@ -76,18 +58,18 @@ def test_a_failure_at_any_fault_point_leaves_every_binding_as_it_was(route, exc)
     for n in range(1, points + 1):
         kit = LigerKernelKit()
         setup(kit)
-        held, before = len(kit._ledger.entries), _state()
+        held, before = len(kit._ledger.entries), faults.bindings()
         escaped = faults.raising_at(n, exc, lambda: apply(kit))
         assert escaped is not None, f"{route}: fault point {n} of {points} was swallowed"
         # an ordinary exception may arrive wrapped in the kit's named error (HelperFailedError, a
         # PatchImportError for a module that failed to import), with the injected one as its cause
         assert isinstance(escaped, exc) or (isinstance(escaped, LigerKitError)
                                             and isinstance(escaped.__cause__, exc)), (n, repr(escaped))
-        changed = _same(before, _state())
+        changed = faults.differing(before, faults.bindings())
         assert not changed, f"{route}: fault point {n} of {points} left {len(changed)} binding(s) changed"
         assert len(kit._ledger.entries) == held
         kit.revert()
-        assert not _same(pristine, _state()) and not ledger_module.live_layers()
+        assert not faults.differing(pristine, faults.bindings()) and not ledger_module.live_layers()
 
 
 def _kit_pair(first_apply, second_apply):
@@ -117,14 +99,14 @@ def test_two_kits_on_one_symbol_revert_in_any_order(order):
 def test_two_kits_applying_the_same_family_share_its_swaps(order):
     from transformers.models.qwen3 import modeling_qwen3
 
-    before = _state()
+    before = faults.bindings()
     a, b = _kit_pair(lambda k: k.apply(model_family="qwen3"), lambda k: k.apply(model_family="qwen3"))
     assert b.report.patched and all(s.shared for s in b.report.patched)
     first, second = (a, b) if order == "oldest first" else (b, a)
     first.revert()
     assert modeling_qwen3.Qwen3RMSNorm is LigerRMSNorm  # the other kit still holds it
     second.revert()
-    assert not _same(before, _state())
+    assert not faults.differing(before, faults.bindings())
 
 
 def test_three_kits_reverted_middle_first():

@@ -66,8 +66,7 @@ def _rebind(route: Route, ledger: Ledger) -> Swap | None:
     if now is route.replacement:
         other = ledger.made_elsewhere(module, route.attr, route.replacement)
         return ledger.join(other, route.kernel) if other is not None else None
-    setattr(module, route.attr, route.replacement)
-    return ledger.record(Change(module, route.attr, now, route.replacement), route.kernel, COMPILE_SCOPE)
+    return ledger.rebind(Change(module, route.attr, now, route.replacement), route.kernel, COMPILE_SCOPE)
 
 
 def kernel_of(replacement: object) -> str | None:

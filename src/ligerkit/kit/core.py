@@ -119,8 +119,8 @@ class LigerKernelKit:
         arguments.official_only(custom_patches is not None, config, probe, skip, modules, proven)
         compile = arguments.flag("compile", compile)
         wins = left_to_inductor() if compile else {}
-        keep = len(self._ledger.entries)
-        try:
+        keep, apps = len(self._ledger.entries), len(self._applications)
+        try:  # until the report is returned, anything raised (KeyboardInterrupt included) undoes it all
             if custom_patches is not None:
                 if config is None and path is not None:
                     config = load_config(path, trust_remote_code)
@@ -131,15 +131,16 @@ class LigerKernelKit:
                 app = apply_official(family, modules, excluded, self._ledger, already_on, strict, wins)
             if compile:
                 app = route_kernels(app, self._ledger)
+            self._applications.append(app)
+            on = [name for name, enabled in app.modules.items() if enabled]
+            left = f"; left off: {', '.join(app.left_off)}" if app.left_off else ""
+            log.info("applied the %s route for %s: %d swap(s), modules on: %s%s", app.route, app.family or "(unnamed)",
+                     len(app.patched), ", ".join(on) or "none", left)
+            return LigerKernelReport((app,), environment_gaps())
         except BaseException:
+            del self._applications[apps:]
             self._ledger.revert(keep)
             raise
-        self._applications.append(app)
-        on = [name for name, enabled in app.modules.items() if enabled]
-        log.info("applied the %s route for %s: %d swap(s), modules on: %s%s", app.route, app.family or "(unnamed)",
-                 len(app.patched), ", ".join(on) or "none",
-                 f"; left off: {', '.join(app.left_off)}" if app.left_off else "")
-        return LigerKernelReport((app,), environment_gaps())
 
     def _apply_custom(self, label: str | None, custom_patches: CustomPatches, excluded: Sequence[str], config: Any,
                       probe: bool, skip: Collection[str], wins: dict[str, str],
@@ -192,9 +193,10 @@ class LigerKernelKit:
 
         Call it when the models built under the kit are no longer used: a model keeps the classes it
         was built with, so using it after a revert mixes Liger and original code (its guard refuses).
+        Interrupted half-way (``KeyboardInterrupt``), it is finished by calling it again.
         """
         try:
-            self._reverted += self._ledger.revert()
+            self._ledger.revert(done=self._reverted)
         finally:
             self._applications.clear()
 
@@ -226,7 +228,7 @@ class LigerKernelKit:
         finally:
             if always or failed:
                 try:
-                    self._reverted += self._ledger.revert(keep)
+                    self._ledger.revert(keep, done=self._reverted)
                 finally:
                     del self._applications[apps:]
 

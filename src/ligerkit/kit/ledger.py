@@ -5,6 +5,11 @@ change is therefore also a *layer* on a process-wide stack per binding: revertin
 its layers wherever they sit. A layer on top puts its original back; a layer under another one
 hands its original to the layer above, so the binding itself stays as the newer kit left it. Any
 order of reverts ends with the true original bound.
+
+Interrupts (``KeyboardInterrupt`` included) cannot split a swap from its record: an entry is written
+*before* its binding changes (:meth:`Ledger.rebind`), and a revert takes an entry off the ledger only
+*after* its binding is back, so whatever point an interrupt hits, the entries still on the ledger
+cover every binding still changed, and calling ``revert()`` again finishes the job.
 """
 
 from __future__ import annotations
@@ -90,8 +95,20 @@ class Ledger:
                     "drop one of the two entries, or revert() first."
                 )
 
+    def rebind(self, change: Change, name: str, scope: str, helper: str | None = None) -> Swap:
+        """Make ``change`` (its owner holds ``change.before`` now) as one step with its record.
+
+        The entry is written first: an interrupt before the binding changes leaves an entry whose
+        binding still holds its original, which a revert simply drops.
+        """
+        swap = self.record(change, name, scope, helper)
+        restore(change.owner, change.attr, change.after)
+        return swap
+
     def record(self, change: Change, name: str, scope: str, helper: str | None = None) -> Swap:
-        """Add a measured change (made by ``helper``, if a Liger helper) and return its :class:`Swap`."""
+        """Add a change (made by ``helper``, if a Liger helper; made already, or next by the caller)
+        and return its :class:`Swap`. A change made before its record is exposed to an interrupt in
+        between: prefer :meth:`rebind`, or undo from a snapshot on ``BaseException``."""
         module, attr = owner_label(change.owner, change.attr)
         swap = Swap(
             module=module,
@@ -122,49 +139,53 @@ class Ledger:
         """Every original object the kit replaced (those still swapped out)."""
         return [e.source for e in self.entries]
 
-    def revert(self, keep: int = 0) -> list[Entry]:
+    def revert(self, keep: int = 0, done: list[Entry] | None = None) -> list[Entry]:
         """Remove this kit's layers, newest first, down to the first ``keep`` entries.
 
-        Returns the entries reverted. Raises :class:`RevertError` (after reverting everything it
-        could) when a binding holds neither this kit's replacement nor its original, i.e. code
-        outside any kit patched it afterwards; those entries stay, so a later ``revert`` finishes
-        the job once that other patch is undone.
+        Returns the entries reverted, also appended to ``done`` one by one (so a caller keeps them
+        when an interrupt stops the loop). An entry leaves the ledger only once its layer is off, so
+        an interrupted revert is finished by calling it again. Raises :class:`RevertError` (after
+        reverting everything it could) when a binding holds neither this kit's replacement nor its
+        original, i.e. code outside any kit patched it afterwards; those entries stay, so a later
+        ``revert`` finishes the job once that other patch is undone.
         """
+        done = [] if done is None else done
+        start = len(done)
         conflicts: list[str] = []
-        kept: list[Entry] = []
-        done: list[Entry] = []
-        while len(self.entries) > keep:
-            entry = self.entries.pop()
+        for index in range(len(self.entries) - 1, keep - 1, -1):
+            entry = self.entries[index]
             if _remove_layer(entry):
                 done.append(entry)
+                del self.entries[index]
             else:
-                kept.append(entry)
                 now = current(entry.owner, entry.attr)
                 conflicts.append(f"{entry.swap.module}.{entry.swap.attr} (now {qualified_name(now)})")
-        self.entries.extend(reversed(kept))
         if conflicts:
             raise RevertError(
                 "These bindings were changed by other code after the kit patched them and were left "
                 f"as they are: {', '.join(conflicts)}. Undo that other patch, then call revert() again."
             )
-        return done
+        return done[start:]
 
 
 def _remove_layer(entry: Entry) -> bool:
-    """Take ``entry``'s layer off its binding; ``False`` when foreign code holds the binding."""
-    stack = _LAYERS.get(entry.key, [])
-    index = next((i for i, e in enumerate(stack) if e is entry), None)
-    if index is None:
-        return True
-    if index < len(stack) - 1:  # a newer kit's layer sits on top: hand it our original
-        stack[index + 1].original = entry.original
-    else:
-        now = current(entry.owner, entry.attr)
-        if now is entry.replacement:
-            restore(entry.owner, entry.attr, entry.original)
-        elif now is not entry.original:  # neither ours nor the original: someone else's patch
-            return False
-    del stack[index]
-    if not stack:
-        del _LAYERS[entry.key]
+    """Take ``entry``'s layer off its binding; ``False`` when foreign code holds the binding.
+
+    Safe to repeat after an interrupt at any line: a layer already off (or never on, for an entry
+    recorded just before its stack) is done, and a binding already back at the original is left.
+    """
+    stack = _LAYERS.get(entry.key)
+    index = next((i for i, e in enumerate(stack) if e is entry), None) if stack else None
+    if index is not None:
+        if index < len(stack) - 1:  # a newer kit's layer sits on top: hand it our original
+            stack[index + 1].original = entry.original
+        else:
+            now = current(entry.owner, entry.attr)
+            if now is entry.replacement:
+                restore(entry.owner, entry.attr, entry.original)
+            elif now is not entry.original:  # neither ours nor the original: someone else's patch
+                return False
+        del stack[index]
+    if stack is not None and not stack:
+        _LAYERS.pop(entry.key, None)
     return True

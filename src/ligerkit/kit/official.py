@@ -8,7 +8,9 @@ snapshots around each call tell which module swapped what, and which enabled mod
 Each module's swaps are then checked against the model they are for (``checks.py``): a swap that
 a table filled at import cannot see, or an in-place kernel where another consumer shares what it
 writes, is left off when ``modules="auto"`` (the report says why) and refused when asked for
-explicitly. Whatever is raised on the way, every binding is put back as it was.
+explicitly. The helper's swaps are undone as soon as they are measured and made again by the ledger,
+each recorded before it is bound (``Ledger.rebind``), so whatever is raised on the way, a
+``KeyboardInterrupt`` at any line included, every binding is put back as it was.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from ligerkit.kit.snapshot import (
     holders,
     import_all,
     owners_of,
-    restore,
     scope_of,
 )
 
@@ -134,9 +135,11 @@ class _Route:
         try:
             self.family.helper(**flags)
             changes = snap.changes()
+            # every binding back as it was: the checks build the model without this module's swaps,
+            # and each swap is then remade by the ledger, recorded before it is bound
+            snap.undo()
             self.ledger.check_no_conflict(changes)
             if name != UNCONDITIONAL and changes:
-                snap.undo()  # the checks build the model as it was before this module's swaps
                 problem = swap_problem(changes, self.home_tables, self.home)
                 if problem is not None:
                     if explicit:
@@ -144,8 +147,9 @@ class _Route:
                     self.left_off[name] = str(problem)
                     return 0
                 self._probe(name, changes)
-                for change in changes:
-                    restore(change.owner, change.attr, change.after)
+            for change in changes:
+                scope = scope_of(change.owner, self.home, self.held_by)
+                self.patched.append(self.ledger.rebind(change, name, scope, helper=self.family.helper_name))
         except BaseException as exc:  # KeyboardInterrupt included: nothing of this call may stay
             snap.undo()
             if isinstance(exc, Exception) and not isinstance(exc, LigerKitError):
@@ -155,9 +159,6 @@ class _Route:
                     "install the tested versions or turn that module off."
                 ) from exc
             raise
-        for change in changes:
-            scope = scope_of(change.owner, self.home, self.held_by)
-            self.patched.append(self.ledger.record(change, name, scope, helper=self.family.helper_name))
         return len(changes)
 
     def _probe(self, name: str, changes: list) -> None:

@@ -6,18 +6,19 @@ dicts of the classes defined there, process-wide modules such as ``torch.nn.func
 tables of classes or functions those modules hold, such as ``ACT2FN`` or a model's ``NORM2FN``),
 runs the route, and diffs by identity. Whatever the diff shows is what happened.
 
-:func:`measured` is the one way a route changes bindings: it snapshots, runs the change, and, if
-anything at all is raised (``KeyboardInterrupt`` included), puts every changed binding back before
-the exception leaves it.
+A route undoes from its snapshot whatever is raised (``KeyboardInterrupt`` included):
+:meth:`Snapshot.undo` re-reads and puts back every changed binding, so it may run again after an
+interrupt stopped it half-way.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import operator
 import sys
 import types
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 
 from ligerkit.naming import MISSING
@@ -157,9 +158,11 @@ class Change:
 
 
 def _read(owner: object) -> dict[object, object]:
+    """Every binding of ``owner`` as it is now (unwatched dunders included: :meth:`Snapshot.changes`
+    drops them, so that reading stays one copy)."""
     if isinstance(owner, Table):
         return owner.items()
-    return {k: v for k, v in list(vars(owner).items()) if _watched(k)}
+    return dict(vars(owner))
 
 
 class Snapshot:
@@ -177,9 +180,11 @@ class Snapshot:
         found = []
         for owner, before in zip(self.owners, self._values, strict=True):
             now = _read(owner)
+            if list(now) == list(before) and all(map(operator.is_, now.values(), before.values())):
+                continue  # nothing rebound here (the common case, checked without a Python loop)
             for attr in [*before, *(k for k in now if k not in before)]:
                 old, new = before.get(attr, MISSING), now.get(attr, MISSING)
-                if old is not new:
+                if old is not new and _watched(attr):
                     found.append(Change(owner, attr, old, new))
         return found
 
@@ -187,21 +192,6 @@ class Snapshot:
         """Put every binding that changed since the snapshot back, newest listed first."""
         for change in reversed(self.changes()):
             restore(change.owner, change.attr, change.before)
-
-
-def measured(owners: Iterable[object], action: Callable[[], object]) -> list[Change]:
-    """Run ``action`` and return the bindings it changed among ``owners``.
-
-    Whatever ``action`` raises (``BaseException`` included), every changed binding is put back
-    before the exception propagates, so a failed change leaves nothing behind.
-    """
-    snap = Snapshot(owners)
-    try:
-        action()
-        return snap.changes()
-    except BaseException:
-        snap.undo()
-        raise
 
 
 def restore(owner: object, attr: object, value: object) -> None:
@@ -230,9 +220,8 @@ def holders(objects: Iterable[object]) -> dict[int, list[str]]:
             namespace = vars(module)
         except TypeError:
             continue
-        for value in list(namespace.values()):
-            if id(value) in wanted:
-                found[id(value)].append(name)
+        for key in wanted.intersection(map(id, list(namespace.values()))):
+            found[key].append(name)
     return found
 
 
