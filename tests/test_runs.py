@@ -78,7 +78,7 @@ def test_stop_then_resume_gives_the_uninterrupted_curve(tmp_path, user_data):
         train(resume_config(user_data, tmp_path / "cut", stop_after_steps=3))
     assert stopped.value.exit_code == 75
     assert [p.name for p in checkpoint.complete(tmp_path / "cut")] == ["step_0000002", "step_0000003"]
-    train(resume_config(user_data, tmp_path / "ignored"), resume=tmp_path / "cut")
+    train(resume_config(user_data, tmp_path / "cut"), resume=tmp_path / "cut")
     assert losses_of(tmp_path / "cut") == whole  # every step once, the same losses bit for bit
 
 
@@ -96,7 +96,7 @@ def test_a_crash_resumes_from_the_last_checkpoint_and_drops_the_rows_after_it(tm
         train(resume_config(user_data, tmp_path / "crash"))
     assert [s for s, _ in losses_of(tmp_path / "crash")] == [0, 1, 2]
     monkeypatch.setattr(Trainer, "_timed_step", real)
-    result = train(resume_config(user_data, tmp_path / "ignored"), resume=tmp_path / "crash")
+    result = train(resume_config(user_data, tmp_path / "crash"), resume=tmp_path / "crash")
     assert result.first_step == 2 and losses_of(tmp_path / "crash") == whole
 
 
@@ -118,13 +118,16 @@ def test_a_checkpoint_killed_mid_save_is_never_the_latest(tmp_path, user_data, m
     assert (tmp_path / "run" / "checkpoints" / "step_0000004.partial").is_dir()
     assert checkpoint.latest(tmp_path / "run").name == "step_0000002"
     monkeypatch.setattr(dcp, "save", real)
-    assert train(resume_config(user_data, tmp_path / "x"), resume=tmp_path / "run").first_step == 2
+    assert train(resume_config(user_data, tmp_path / "run"), resume=tmp_path / "run").first_step == 2
 
 
 def test_resume_needs_a_complete_checkpoint(tmp_path, user_data):
     train(resume_config(user_data, tmp_path / "run", steps=1, checkpoint_every=5))
-    with pytest.raises(checkpoint.CheckpointError, match="no complete checkpoint"):
-        train(resume_config(user_data, tmp_path / "x"), resume=tmp_path / "run")
+    with pytest.raises(RunDirError, match="saved no checkpoint .* start a new run"):
+        train(resume_config(user_data, tmp_path / "run"), resume=tmp_path / "run")
+    with pytest.raises(checkpoint.CheckpointError, match="no complete checkpoint"):  # cut before its first save
+        (tmp_path / "run" / "summary.json").unlink()
+        train(resume_config(user_data, tmp_path / "run"), resume=tmp_path / "run")
 
 
 def test_a_non_finite_loss_stops_with_the_step_and_a_hint(tmp_path):
@@ -173,10 +176,10 @@ def test_two_gloo_ranks_stop_and_resume_to_the_same_curve_and_resume_on_one(tmp_
     assert _torchrun(tmp_path, 2, 29541, resume_config(user_data, tmp_path / "whole")) == "ok"
     whole = losses_of(tmp_path / "whole")
     assert _torchrun(tmp_path, 2, 29542, resume_config(user_data, tmp_path / "cut", stop_after_steps=3)) == "stopped"
-    assert _torchrun(tmp_path, 2, 29543, resume_config(user_data, tmp_path / "x"), resume=tmp_path / "cut") == "ok"
+    assert _torchrun(tmp_path, 2, 29543, resume_config(user_data, tmp_path / "cut"), resume=tmp_path / "cut") == "ok"
     assert losses_of(tmp_path / "cut") == whole  # the same ranks, the same reductions: bit for bit
     assert _torchrun(tmp_path, 2, 29544, resume_config(user_data, tmp_path / "half", stop_after_steps=3)) == "stopped"
-    one = train(resume_config(user_data, tmp_path / "y"), resume=tmp_path / "half")  # another world size
+    one = train(resume_config(user_data, tmp_path / "half"), resume=tmp_path / "half")  # another world size
     assert one.first_step == 3
     half = losses_of(tmp_path / "half")
     assert [s for s, _ in half] == [s for s, _ in whole]

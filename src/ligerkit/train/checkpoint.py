@@ -2,17 +2,25 @@
 
 A checkpoint is ``checkpoints/step_NNNNNNN/`` in the run folder: the model's and the optimizer's
 state (sharded under FSDP2, so every rank writes and reads its own shards in parallel, and a run may
-resume on another number of ranks), ``meta.json`` (the number of steps done: with the data a pure
-function of ``(seed, sample index)`` and the learning rate a function of the step, that is the data
-position and the scheduler state) and one ``rng_rank<r>.pt`` per rank. It is written as
-``step_NNNNNNN.partial`` and renamed only when every rank has finished, so a save killed half-way is
-never taken for the latest one.
+resume on another number of ranks), one ``rng_rank<r>.json`` per rank (``rng.py``) and ``meta.json``:
+the number of steps done (with the data a pure function of ``(seed, sample index)`` and the learning
+rate a function of the step, that is the data position and the scheduler state) and the manifest,
+every file's size and SHA-256 (``manifest.py``). It is written as ``step_NNNNNNN.partial`` and renamed
+only when every rank has finished, so a save killed half-way is never taken for the latest one.
+
+A checkpoint is data, not code: it is read only through restricted loaders (``safe_load.py``). Before
+a resume every file of the newest one is checked (``meta.json`` names its folder's step, sizes and
+hashes match, the metadata and every non-tensor entry read as plain data); a damaged one is skipped
+for the previous intact one with a warning naming the file and why, and nothing is ever deleted on
+the way. A checkpoint written before manifests (no ``format`` in ``meta.json``) is still read through
+the same restricted loaders, with its sizes checked against its metadata.
 """
 
 from __future__ import annotations
 
 import json
-import random
+import logging
+import re
 import shutil
 import time
 from pathlib import Path
@@ -22,14 +30,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ligerkit.errors import LigerKitError
+from ligerkit.train import manifest
+from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
+from ligerkit.train.rng import file_name, read_rng, set_rng_state, write_rng
 
 FOLDER = "checkpoints"
-
-
-class CheckpointError(LigerKitError):
-    """No usable checkpoint where one was expected."""
+FORMAT = 2  # 1: before manifests (no "format" key)
+_STEP = re.compile(r"step_(\d+)")
+log = logging.getLogger("ligerkit.train")
 
 
 def _barrier(env: DistEnv) -> None:
@@ -37,34 +46,23 @@ def _barrier(env: DistEnv) -> None:
         dist.barrier()
 
 
-def rng_state() -> dict[str, Any]:
-    """Every random stream this process uses."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured."""
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def _step_of(folder: Path) -> int | None:
+    match = _STEP.fullmatch(folder.name)
+    return int(match.group(1)) if match else None
 
 
 def complete(run: Path) -> list[Path]:
-    """The run's complete checkpoints, oldest first (a ``.partial`` folder never counts)."""
+    """The run's finished checkpoints, oldest first: every ``step_N`` folder (a save renames its
+    ``.partial`` folder only when every rank is done). Whether one is intact is :func:`usable`'s question."""
     folder = run / FOLDER
     if not folder.is_dir():
         return []
-    found = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith("step_") and (p / "meta.json").is_file()
-             and not p.name.endswith(".partial")]
-    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+    found = [p for p in folder.iterdir() if p.is_dir() and _step_of(p) is not None]
+    return sorted(found, key=lambda p: _step_of(p) or 0)
 
 
 def latest(run: Path) -> Path | None:
-    """The newest complete checkpoint of a run, or ``None``."""
+    """The newest finished checkpoint of a run, or ``None``."""
     found = complete(run)
     return found[-1] if found else None
 
@@ -72,7 +70,7 @@ def latest(run: Path) -> Path | None:
 def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv,
          keep: int) -> Path:
     """Write the checkpoint after ``step`` steps on every rank; keep the newest ``keep``; return its folder."""
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint as dcp  # slow to import: only when a run saves
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     began = time.perf_counter()
@@ -84,12 +82,15 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
     _barrier(env)
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
-    torch.save(rng_state(), partial / f"rng_rank{env.rank}.pt")
+    write_rng(partial / file_name(env.rank))
+    _barrier(env)
+    manifest.write_share(partial, env.rank, env.world_size)
     _barrier(env)
     if env.main:
-        seconds = round(time.perf_counter() - began, 3)
-        (partial / "meta.json").write_text(json.dumps({"step": step, "world_size": env.world_size,
-                                                       "save_seconds": seconds}))
+        files = manifest.gather(partial, env.world_size)
+        meta = {"format": FORMAT, "step": step, "world_size": env.world_size,
+                "save_seconds": round(time.perf_counter() - began, 3), "files": files}
+        (partial / manifest.META).write_text(json.dumps(meta, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
         for old in complete(run)[:-keep]:
@@ -98,18 +99,133 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
     return final
 
 
+def read_meta(checkpoint: Path) -> dict[str, Any]:
+    """``meta.json`` of a checkpoint, checked: its step is its folder's, its world size a positive count.
+    :class:`CheckpointFileError` otherwise."""
+    path = checkpoint / manifest.META
+    if not path.is_file():
+        raise CheckpointFileError(path, "is missing (an emptied or damaged checkpoint)")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointFileError(path, f"is not JSON ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise CheckpointFileError(path, "is not a JSON object")
+    step, world = meta.get("step"), meta.get("world_size")
+    if type(step) is not int or step != _step_of(checkpoint):
+        raise CheckpointFileError(path, f"says step {step!r}, but its folder is {checkpoint.name}")
+    if type(world) is not int or world < 1:
+        raise CheckpointFileError(path, f"says world_size {world!r}")
+    if meta.get("format", 1) not in (1, FORMAT):
+        raise CheckpointFileError(path, f"has format {meta.get('format')!r}, newer than this ligerkit reads; upgrade")
+    return meta
+
+
+def _rng_file(checkpoint: Path, meta: dict[str, Any], env: DistEnv) -> Path | None:
+    """This rank's random-stream file when the world size is the one that saved (else none is restored)."""
+    if meta["world_size"] != env.world_size:
+        return None
+    if meta.get("format", 1) == FORMAT:
+        return checkpoint / file_name(env.rank)
+    legacy = checkpoint / file_name(env.rank, legacy=True)
+    return legacy if legacy.is_file() else None
+
+
+def _problem(checkpoint: Path, env: DistEnv) -> tuple[str, str] | None:
+    """This rank's first finding in ``checkpoint`` as (file, reason), or ``None``."""
+    from ligerkit.train import safe_load  # imports DCP, slow: only when resuming
+
+    try:
+        meta = read_meta(checkpoint)
+        if meta.get("format", 1) == FORMAT:
+            manifest.check(checkpoint, meta.get("files"), env.rank, env.world_size)
+        safe_load.check_storage(checkpoint, safe_load.read_metadata(checkpoint / safe_load.METADATA))
+        rng = _rng_file(checkpoint, meta, env)
+        if rng is not None:
+            read_rng(rng)
+    except CheckpointFileError as exc:
+        return str(exc.file), exc.reason
+    except OSError as exc:  # a file that vanished or cannot be opened half-way through the checks
+        return str(exc.filename or checkpoint), f"cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def _agreed(problem: tuple[str, str] | None, env: DistEnv) -> list[tuple[str, str]]:
+    """Every rank's finding, the same list on every rank (so every rank picks the same checkpoint)."""
+    if not (env.distributed and dist.is_initialized()):
+        return [problem] if problem else []
+    everyone: list[tuple[str, str] | None] = [None] * env.world_size
+    dist.all_gather_object(everyone, problem)
+    return sorted({p for p in everyone if p})
+
+
+def usable(run: Path, env: DistEnv) -> Path:
+    """The newest checkpoint of ``run`` whose every file checks out (on every rank). A damaged newer one
+    is skipped with a warning naming the file and why; none intact is a :class:`CheckpointError`."""
+    found = complete(run)
+    if not found:
+        raise CheckpointError(f"{run} holds no complete checkpoint to resume from (checkpoints are written every "
+                              "train.checkpoint_every steps and at a graceful stop); start a new run without --resume")
+    skipped: list[tuple[str, str]] = []
+    for candidate in reversed(found):
+        problems = _agreed(_problem(candidate, env), env)
+        if not problems:
+            if env.main and read_meta(candidate).get("format", 1) != FORMAT:
+                log.warning("%s was written before checkpoints carried a manifest: its files are read through the "
+                            "restricted loaders, but their checksums cannot be checked", candidate)
+            return candidate
+        file, reason = problems[0]
+        skipped.append((file, reason))
+        if env.main:
+            log.warning("checkpoint %s is damaged and skipped (%s: %s); trying the one before it (nothing is deleted)",
+                        candidate.name, file, reason)
+    raise CheckpointError(f"no intact checkpoint in {run / FOLDER}: " + "; ".join(f"{f}: {r}" for f, r in skipped)
+                          + ". Restore the named files from a copy and resume again, or start a new run without "
+                          "--resume", Path(skipped[0][0]))
+
+
 def load(checkpoint: Path, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv) -> int:
-    """Load a checkpoint into ``model`` and ``optimizer`` (resharded to this world size); return the
-    steps it holds. The random streams come back when the world size is the one that saved it."""
-    import torch.distributed.checkpoint as dcp
+    """Load a checkpoint into ``model`` and ``optimizer`` (resharded to this world size) through the
+    restricted loaders; return the steps it holds. The random streams come back when the world size is
+    the one that saved it. Call :func:`usable` first: it checks every file, this only reads."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    meta = json.loads((checkpoint / "meta.json").read_text())
+    from ligerkit.train import safe_load  # imports DCP, slow: only when resuming
+
+    meta = read_meta(checkpoint)
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(checkpoint))
+    safe_load.load_state(checkpoint, state)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    rng = checkpoint / f"rng_rank{env.rank}.pt"
-    if meta["world_size"] == env.world_size and rng.is_file():
-        set_rng_state(torch.load(rng, weights_only=False))
+    rng = _rng_file(checkpoint, meta, env)
+    if rng is not None:
+        set_rng_state(read_rng(rng))
+    return int(meta["step"])
+
+
+def weights_source(path: Path, env: DistEnv) -> Path:
+    """The checkpoint ``--init-from PATH`` names: a run folder (its newest intact checkpoint) or one
+    ``checkpoints/step_N`` folder (checked like a resume's); :class:`CheckpointError` otherwise."""
+    if (path / FOLDER).is_dir() or (path / "config.yaml").is_file():
+        return usable(path, env)
+    if _step_of(path) is None or not path.is_dir():
+        raise CheckpointError(f"--init-from {path}: give a run folder or one of its checkpoints/step_N folders")
+    problems = _agreed(_problem(path, env), env)
+    if problems:
+        file, reason = problems[0]
+        raise CheckpointError(f"--init-from {path}: {file} {reason}; give another checkpoint", Path(file))
+    return path
+
+
+def load_weights(checkpoint: Path, model: nn.Module) -> int:
+    """Only the model's weights of ``checkpoint``, through the restricted loaders (a new run starting
+    from them: no optimizer state, no random streams, step 0); returns the step they were saved at."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    from ligerkit.train import safe_load  # imports DCP, slow: only when asked
+
+    meta = read_meta(checkpoint)
+    state = {"model": get_model_state_dict(model)}
+    safe_load.load_state(checkpoint, state)
+    set_model_state_dict(model, state["model"])
     return int(meta["step"])

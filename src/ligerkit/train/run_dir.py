@@ -11,6 +11,7 @@ step, appended and flushed as it goes), ``checkpoints/``, and at the end ``loss.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import platform
 import secrets
@@ -102,17 +103,50 @@ def write_start(path: Path, config: dict[str, Any], liger: dict[str, Any] | None
 
 def keep_metrics_before(path: Path, step: int) -> int:
     """Drop the rows of ``metrics.jsonl`` at or after ``step`` (a resumed run writes them again); return
-    how many rows stay."""
+    how many rows stay. A torn last line (a write cut short: no newline) is dropped with a warning, as the
+    resumed run writes its step again; any other line that is not a row is a :class:`RunDirError`."""
     file = path / "metrics.jsonl"
     if not file.is_file():
         return 0
-    rows = [line for line in file.read_text().splitlines() if line.strip() and json.loads(line)["step"] < step]
+    whole, _, torn = file.read_bytes().rpartition(b"\n")
+    if torn:
+        logging.getLogger("ligerkit.train").warning(
+            "%s: its last line is torn (%d bytes, no newline), dropped; the resumed run writes that step again",
+            file, len(torn))
+    rows = []
+    for number, line in enumerate(whole.decode("utf-8", errors="replace").split("\n") if whole else [], 1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except ValueError:
+            row = {}
+        if row is not None and not (isinstance(row, dict) and type(row.get("step")) is int):
+            raise RunDirError(f"{file}:{number} is not a metrics row ({line[:80]!r}); delete or repair that line, "
+                              "then resume again (rows from the resumed checkpoint on are rewritten anyway)")
+        if row is not None and row["step"] < step:
+            rows.append(line)
     file.write_text("".join(line + "\n" for line in rows))
     return len(rows)
 
 
+def metrics_rows(path: Path, before: int) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` for the steps before ``before`` (what a resumed run trained earlier)."""
+    file = path / "metrics.jsonl"
+    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
+    return [r for r in rows if isinstance(r, dict) and type(r.get("step")) is int and r["step"] < before]
+
+
 def plot_losses(path: Path) -> Path | None:
-    """``loss.png`` from ``metrics.jsonl`` (``None`` when there is nothing to plot)."""
+    """``loss.png`` from ``metrics.jsonl`` (``None`` when there is nothing to plot, or it could not be
+    drawn: a full or read-only disk is a warning here, never raised over the error that ended a run)."""
+    try:
+        return _plot(path)
+    except Exception as exc:  # noqa: BLE001 (the plot is a convenience: any failure of it is only reported)
+        logging.getLogger("ligerkit.train").warning("could not write %s (%s: %s); metrics.jsonl holds every step",
+                                                    path / "loss.png", type(exc).__name__, exc)
+        return None
+
+
+def _plot(path: Path) -> Path | None:
     file = path / "metrics.jsonl"
     rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
     points = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]

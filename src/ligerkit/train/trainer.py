@@ -16,19 +16,21 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 import torch
 
 from ligerkit.environment import accelerator
 from ligerkit.errors import LigerKitError
 from ligerkit.loss import valid_tokens
-from ligerkit.train import checkpoint, run_dir
+from ligerkit.train import checkpoint, resume, run_dir
 from ligerkit.train import distributed as D
 from ligerkit.train.compile import compile_layers
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
 from ligerkit.train.recipe import Batch, RecipeEngine
 from ligerkit.train.result import TrainResult
+from ligerkit.train.run_dir import RunDirError
 from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, total_norm
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, NonFiniteError, TrainingStopped, graceful_signals
 
@@ -52,16 +54,23 @@ def use_deterministic_algorithms() -> None:
 class Trainer:
     """Trains one recipe (a :class:`RecipeEngine`) for ``train.steps`` optimizer steps.
 
-    ``resume`` is a run folder to continue from its newest complete checkpoint.
+    ``resume`` is a run folder to continue from its newest intact checkpoint, with the config it
+    trained with (``ligerkit.train.resume``); ``init_from`` starts a new run from the model weights
+    of a run folder's newest intact checkpoint, or of one ``checkpoints/step_N`` folder.
     """
 
-    def __init__(self, recipe: RecipeEngine, resume: str | Path | None = None):
+    def __init__(self, recipe: RecipeEngine, resume: str | Path | None = None, init_from: str | Path | None = None):
+        if resume is not None and init_from is not None:
+            raise RunDirError("--resume continues a run and --init-from starts a new one from a checkpoint's weights: "
+                              "give one of the two")
         self.recipe = recipe
         self.config = recipe.config
         self.env = recipe.env
         self.resume = str(resume) if resume is not None else None
+        self.init_from = str(init_from) if init_from is not None else None
         self.run: Path | None = None
         self.resume_seconds: float | None = None
+        self._lock: IO[str] | None = None
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Set everything up in order, train, log each step; the kit is reverted at the end."""
@@ -80,11 +89,22 @@ class Trainer:
             torch.use_deterministic_algorithms(was_deterministic)
             self.recipe.liger_kit.revert()
             D.shutdown(self.env, barrier=clean)
+            if self._lock is not None:
+                self._lock.close()  # the OS would drop it at exit anyway
+                self._lock = None
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The config this run trains with, as ``config.yaml`` and ``run.json`` record it."""
+        resolved = self.config.model_dump(mode="json")
+        if self.recipe.recipe_dir is not None:  # the run's config.yaml resumes from anywhere
+            resolved["recipe"] = str(self.recipe.recipe_dir)
+        return resolved
 
     def _open_run(self) -> Path:
         t = self.config.train
-        path = run_dir.open_run_dir(t.output_dir, t.runs_dir, self.config.name, self.resume) if self.env.main else None
-        return Path(str(D.from_main(str(path) if path else None, self.env)))
+        path, self._lock = resume.open_run(t.output_dir, t.runs_dir, self.config.name, self.resume, self.env,
+                                           self.resolved_config)
+        return path
 
     def _train(self, device: torch.device, stop: object) -> TrainResult:
         t, main = self.config.train, self.env.main
@@ -99,10 +119,9 @@ class Trainer:
         if main and self.resume is None:
             liger = {"report": report.to_dict(), "scan": self.recipe.scan.to_dict() if self.recipe.scan else None} \
                 if report is not None else None
-            resolved = self.config.model_dump(mode="json")
-            if self.recipe.recipe_dir is not None:  # the run's config.yaml resumes from anywhere
-                resolved["recipe"] = str(self.recipe.recipe_dir)
+            resolved = self.resolved_config()
             run_dir.write_start(self.run, resolved, liger)
+            resume.record(self.run, resolved)
         self.recipe.check_loss_path(model, device)
         data = self.data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
@@ -113,6 +132,8 @@ class Trainer:
             D.shard(step_module, self.recipe.fsdp_units(model))
         optimizer = self.optimizer(step_module)
         start = self._resume_from(step_module, optimizer)
+        if self.init_from is not None:
+            resume.init_weights(Path(self.init_from), step_module, self.env)
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
@@ -132,19 +153,19 @@ class Trainer:
             if main:
                 run_dir.plot_losses(self.run)
         if main:
-            run_dir.write_json(self.run / "summary.json", result.summary(t.summary_warmup_steps))
+            earlier = run_dir.metrics_rows(self.run, before=start) if start else []
+            run_dir.write_json(self.run / "summary.json", result.summary(t.summary_warmup_steps, earlier))
             log.info("%s", result.summary_line(t.summary_warmup_steps))
         return result
 
     def _resume_from(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-        """Load the newest complete checkpoint when resuming; drop the metrics rows after it."""
+        """Load the newest intact checkpoint when resuming (every file checked first); drop the metrics rows
+        after it."""
         if self.resume is None:
             return 0
-        found = checkpoint.latest(self.run)
-        if found is None:
-            raise checkpoint.CheckpointError(f"{self.run} holds no complete checkpoint to resume from (checkpoints "
-                                             "are written every train.checkpoint_every steps and at a graceful stop)")
-        began = time.perf_counter()
+        began = time.perf_counter()  # the checks count as part of the resume
+        found = checkpoint.usable(self.run, self.env)
+        resume.check_room(self.run, found, self.config.train.steps)  # before any file is touched
         done = checkpoint.load(found, model, optimizer, self.env)
         self.resume_seconds = round(time.perf_counter() - began, 3)
         if self.env.main:

@@ -1,0 +1,218 @@
+"""A resume continues the same run or refuses: the config it trains with, one process at a time, room to go.
+
+A run records what it trains with in ``run.json`` (``format`` and the resolved config) when it starts;
+``config.yaml`` beside it is the same config for a person to read. ``--resume`` then checks, before
+anything is built or written:
+
+- **the config**: the config it would train with now (the run's ``config.yaml``, another file, or
+  ``--set`` overrides) must equal the recorded one, key by key, after both went through the current
+  schema (so old key names map to current ones and folders written before a rename still resume),
+  except for the keys in :data:`SAFE_TO_CHANGE`, which do not change what training computes. Any
+  other difference is a :class:`ResumeConfigError` listing each key with both values and the command
+  that starts a new run from the checkpoint's weights instead (``--init-from``);
+- **room to go**: a run whose newest intact checkpoint already holds every one of ``train.steps``
+  steps, or that finished without any checkpoint, is refused before any of its files is touched
+  (raise ``train.steps`` to train longer);
+- **one process per run folder** (:func:`lock`): an advisory lock on ``RUN/.lock`` that the operating
+  system releases when the process ends, however it ends; a second ``--resume`` of a live run is refused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from ligerkit.train.checkpoint import complete, load_weights, weights_source
+from ligerkit.train.checkpoint_errors import CheckpointError
+from ligerkit.errors import LigerKitError
+from ligerkit.train import distributed as D
+from ligerkit.train.run_dir import RunDirError, open_run_dir
+
+log = logging.getLogger("ligerkit.train")
+
+RECORD = "run.json"
+FORMAT = 2
+"""Run folder format: 1 = ``config.yaml`` only (before run.json existed), 2 = ``run.json`` as well."""
+
+SAFE_TO_CHANGE: dict[str, str] = {
+    "train.steps": "train longer (or stop sooner) than first planned",
+    "train.stop_after_steps": "when this process stops",
+    "train.checkpoint_every": "how often checkpoints are saved",
+    "train.keep_checkpoints": "how many checkpoints are kept",
+    "train.log_every": "how often a step is logged",
+    "train.progress": "the progress bar",
+    "train.summary_warmup_steps": "which steps the speed summary leaves out",
+    "train.peak_tflops": "the peak used for MFU",
+    "train.runs_dir": "where new run folders go (a resumed run stays in its folder)",
+}
+"""Keys a resume may change, with why they do not change what training computes."""
+
+
+class ResumeConfigError(RunDirError):
+    """``--resume`` with a config that would train another run than the one in the folder."""
+
+
+def record(run: Path, config: dict[str, Any]) -> None:
+    """Write ``run.json`` (the format and the resolved ``config``), whole or not at all."""
+    tmp = run / f".{RECORD}.tmp"
+    tmp.write_text(json.dumps({"format": FORMAT, "config": config}, indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, run / RECORD)
+
+
+def recorded(run: Path) -> dict[str, Any]:
+    """The config ``run`` trained with: ``run.json``'s, or (format 1 folders) ``config.yaml``'s."""
+    file = run / RECORD
+    if not file.is_file():
+        try:
+            data = yaml.safe_load((run / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise RunDirError(f"{run / 'config.yaml'} cannot be read ({exc}); restore it from a copy, or start a "
+                              "new run") from None
+        if not isinstance(data, dict):
+            raise RunDirError(f"{run / 'config.yaml'} does not hold a config; restore it, or start a new run")
+        return data
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{file} cannot be read ({exc}); restore it from a copy, or start a new run") from None
+    if not (isinstance(data, dict) and isinstance(data.get("config"), dict) and type(data.get("format")) is int):
+        raise RunDirError(f"{file} is not a run record (format and config); restore it, or start a new run")
+    if data["format"] > FORMAT:
+        raise RunDirError(f"{run} was written by a newer ligerkit (run folder format {data['format']}, this one "
+                          f"reads up to {FORMAT}); resume it with that version")
+    return data["config"]
+
+
+def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and scalars are leaves)."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def differences(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, recorded value, value now)`` for every key whose value differs, safe keys left out."""
+    old, new = flat(before), flat(now)
+    keys = sorted(set(old) | set(new))
+    return [(k, old.get(k), new.get(k)) for k in keys
+            if k not in SAFE_TO_CHANGE and _norm(k, old.get(k)) != _norm(k, new.get(k))]
+
+
+def _norm(key: str, value: Any) -> Any:
+    if key == "recipe" and isinstance(value, str):  # the recipe folder, however it was spelled
+        return str(Path(value).resolve())
+    return list(value) if isinstance(value, tuple) else value
+
+
+def check_config(run: Path, now: dict[str, Any]) -> None:
+    """Refuse (``ResumeConfigError``) a resume of ``run`` whose resolved config ``now`` differs from the
+    one it recorded in a key outside :data:`SAFE_TO_CHANGE` (both read through the current schema)."""
+    from ligerkit.train.config import RecipeConfig
+
+    init = f"ligerkit train CONFIG --init-from {run}"
+    try:
+        before = RecipeConfig.model_validate(recorded(run)).model_dump(mode="json")
+    except Exception as exc:  # noqa: BLE001 (pydantic's ValidationError, or a type error in old data)
+        raise ResumeConfigError(f"the config {run} trained with no longer validates ({exc}); start a new run from "
+                                f"its weights: {init}") from None
+    out = now["train"].get("output_dir")
+    if out is not None and Path(out).resolve() == run.resolve():  # names the resumed folder itself
+        now = {**now, "train": {**now["train"], "output_dir": before["train"].get("output_dir")}}
+    diffs = differences(before, now)
+    if not diffs:
+        return
+    lines = "\n".join(f"  {k}: {_show(a)} in the run, {_show(b)} now" for k, a, b in diffs)
+    raise ResumeConfigError(
+        f"--resume {run} would train another run than the one in that folder; these keys differ from what it "
+        f"trained with:\n{lines}\nResume without changing them (keys a resume may change: "
+        f"{', '.join(SAFE_TO_CHANGE)}), or start a new run from its newest checkpoint's weights: {init}")
+
+
+def init_weights(source: Path, model: Any, env: Any) -> None:
+    """``--init-from``: load the model weights of ``source`` (a run folder's newest intact checkpoint,
+    or one ``checkpoints/step_N``) into ``model``; optimizer and data start fresh."""
+    found = weights_source(source, env)
+    try:
+        step = load_weights(found, model)
+    except CheckpointError as exc:
+        raise CheckpointError(f"--init-from {found}: {exc} (is it a checkpoint of this config's model? Its shapes "
+                              "must match)", exc.file) from exc
+    if env.main:
+        log.info("initialized the model from %s (saved after step %d); optimizer and data start fresh", found, step)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if value is not None else "unset"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_finished_without_checkpoints(run: Path) -> None:
+    """Refuse, before anything is built, a resume of a run that finished without saving a checkpoint."""
+    if not complete(run) and (run / "summary.json").is_file():
+        raise RunDirError(f"{run} finished and saved no checkpoint (train.checkpoint_every was unset), so there is "
+                          "nothing to continue from; start a new run (set train.checkpoint_every to be able to "
+                          "resume one)")
+
+
+def check_room(run: Path, checkpoint: Path, steps: int) -> None:
+    """Refuse a resume from ``checkpoint`` (the newest intact one) that has no step left to train."""
+    done = int(checkpoint.name.split("_")[-1])
+    if done >= steps:
+        raise RunDirError(f"{run} has trained all {done} of its steps (checkpoint {checkpoint.name}); nothing was "
+                          f"changed. To train further, resume with --set train.steps=N for some N > {done}")
+
+
+def lock(run: Path) -> IO[str]:
+    """Hold ``run``'s lock for as long as the returned file stays open (the OS drops it when the process
+    ends); :class:`RunDirError` when another process holds it."""
+    handle = open(run / ".lock", "a+")  # noqa: SIM115 (held open on purpose)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise RunDirError(f"{run} is in use by another process (pid {holder}); wait for it to end (Ctrl-C stops it "
+                          "after a checkpoint), then resume") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def open_run(output_dir: str | None, runs_dir: str, name: str, resume: str | None, env: D.DistEnv,
+             resolved: Callable[[], dict[str, Any]]) -> tuple[Path, IO[str] | None]:
+    """Rank 0 opens the run folder (a new one, or ``resume`` after :func:`check_config` and
+    :func:`check_finished_without_checkpoints`) and locks it; every rank gets the path, or raises rank
+    0's refusal (no rank waits for a folder that will never come). Returns the path and the lock."""
+    outcome: tuple[str, str] | None = None
+    handle = None
+    if env.main:
+        try:
+            path = open_run_dir(output_dir, runs_dir, name, resume)
+            handle = lock(path)  # before any check: two resumes of one folder cannot both pass
+            if resume is not None:
+                check_config(path, resolved())
+                check_finished_without_checkpoints(path)
+            outcome = ("ok", str(path))
+        except LigerKitError as exc:
+            if handle is not None:
+                handle.close()
+            if env.distributed:
+                D.from_main((type(exc).__name__, str(exc)), env)
+            raise
+    shared = D.from_main(outcome, env)
+    if not isinstance(shared, tuple) or shared[0] != "ok":
+        raise RunDirError(f"rank 0 could not open the run folder: {shared[1] if shared else 'unknown'}")
+    return Path(shared[1]), handle
