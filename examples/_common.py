@@ -98,7 +98,7 @@ def summary(losses: list[float], seconds: list[float], tokens_per_step: int, ext
     timed = seconds[1:] or seconds
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
     return {"losses": losses, "tokens_per_s": tokens_per_step / statistics.median(timed) if timed else None,
-            "peak_mem_gib": peak, **extra}
+            "peak_mem_gib": peak, "tokens_per_step": tokens_per_step, "step_seconds": seconds, **extra}
 
 
 def write(result: dict[str, Any], path: str | None) -> None:

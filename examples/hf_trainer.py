@@ -41,8 +41,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train, and return the per-step losses, the speed and the kit's scan."""
+def main(argv: list[str] | None = None, callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """Train, and return the per-step losses, the speed and the kit's scan.
+
+    ``callbacks`` are more ``TrainerCallback``s for the trainer (a benchmark's profiler)."""
     a = parse(argv)
     gpu = torch.cuda.is_available()
     liger = a.liger == "on" or (a.liger == "auto" and gpu)
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     clock = StepClock()
     trainer_class = FusedTokenLossTrainer if a.loss == "fused" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=samples(256, a.seq_len), data_collator=collate,
-                            callbacks=[clock] + ([LigerKitCallback()] if liger else []))
+                            callbacks=[clock, *(callbacks or [])] + ([LigerKitCallback()] if liger else []))
     try:
         trainer.train()
     finally:

@@ -35,14 +35,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grad-accum", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--gradient-checkpointing", choices=("default", "on", "off"), default="default",
+                   help="TRL's default is on (recompute every layer's activations in backward: less memory, "
+                        "about a third more compute); off trains faster where memory allows")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="default: bfloat16 on a GPU")
     p.add_argument("--output-dir", default=None)
     p.add_argument("--json", default=None, help="also write the result here")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Fine-tune with SFTTrainer, and return the per-step losses, the speed and the kit's scan."""
+def main(argv: list[str] | None = None, callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """Fine-tune with SFTTrainer, and return the per-step losses, the speed and the kit's scan.
+
+    ``callbacks`` are more ``TrainerCallback``s for the trainer (a benchmark's profiler)."""
     a = parse(argv)
     gpu = torch.cuda.is_available()
     liger = a.liger == "on" or (a.liger == "auto" and gpu)
@@ -60,12 +65,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         logging_steps=1, save_strategy="no", report_to=[], use_cpu=not gpu, seed=0, bf16=dtype == torch.bfloat16,
         max_length=a.seq_len, average_tokens_across_devices=True, dataloader_drop_last=True,
         dataset_kwargs={"skip_prepare_dataset": True},
+        **({} if a.gradient_checkpointing == "default" else {"gradient_checkpointing": a.gradient_checkpointing == "on"}),
     )
     clock = StepClock()
     trainer_class = LigerKitSFTTrainer if a.loss == "fused" else SFTTrainer
     trainer = trainer_class(model=model, args=config, train_dataset=Dataset.from_list(rows),
                             processing_class=AutoTokenizer.from_pretrained(path, local_files_only=True),
-                            callbacks=[clock] + ([LigerKitCallback()] if liger else []))
+                            callbacks=[clock, *(callbacks or [])] + ([LigerKitCallback()] if liger else []))
     try:
         trainer.train()
     finally:
@@ -73,7 +79,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             model.ligerkit.kit.revert()  # training is over: the swaps go back
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     tokens = a.batch * a.grad_accum * a.seq_len * config.world_size
-    extra = {"liger": liger, "loss_path": a.loss, "swaps": len(model.ligerkit.report.patched) if liger else 0,
+    extra = {"liger": liger, "loss_path": a.loss, "gradient_checkpointing": config.gradient_checkpointing,
+             "swaps": len(model.ligerkit.report.patched) if liger else 0,
              "wrappers": list(model.ligerkit.scan.wrappers) if liger else [],
              "grad_norms": [row["grad_norm"] for row in trainer.state.log_history if "grad_norm" in row],
              "params_checksum": float(sum(p.detach().float().sum() for p in model.parameters()))}
