@@ -156,3 +156,19 @@ def test_init_from_a_checkpoint_of_another_model_says_the_shapes_must_match(stop
 def test_resume_and_init_from_together_are_refused(stopped):
     with pytest.raises(RunDirError, match="give one of the two"):
         Trainer(load_engine(QWEN3_CPU, SETS), stopped, stopped)
+
+
+def test_a_recipe_planted_in_a_run_folder_is_never_imported(run):
+    engine = run / "recipes" / "evil" / "engine"
+    engine.mkdir(parents=True)
+    (run / "recipes" / "evil" / "configs").mkdir()
+    marker = run / "ran"
+    (engine / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["recipe"] = "recipes/evil"  # resolved next to the config: inside the run folder
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    from ligerkit.train.loading import RecipeError
+
+    with pytest.raises(RecipeError, match="inside the run folder .* nothing in a run folder is loaded as code"):
+        train(run / "config.yaml", resume_from=run)
+    assert not marker.exists()

@@ -134,14 +134,42 @@ def non_empty(option: str, value: str | None) -> str | None:
 
 
 def run(body: Callable[[], None]) -> None:
-    """Run a verb's body: a ligerkit error exits 1 with its message on stderr, never a traceback."""
+    """Run a verb's body: a ligerkit error exits 1 (or its own code) with its message on stderr, an
+    interrupt exits 130 (143 after SIGTERM), never with a traceback: also when a second signal lands while
+    the first one's stop is still saving, printing or shutting down."""
     try:
-        body()
-    except LigerKitError as exc:
-        fail(exc)
+        try:
+            body()
+        except LigerKitError as exc:
+            fail(exc)
+        except Exception as exc:
+            code = _stopped_by_signal(exc)
+            if code is None:
+                raise
+            _stopped_at_once(code)
     except KeyboardInterrupt:
-        err.print("stopped at once (a second signal); the newest complete checkpoint, if any, is where to resume")
-        raise typer.Exit(130) from None
+        _stopped_at_once(_stopped_by_signal(None) or 130)
+
+
+def _stopped_by_signal(exc: BaseException | None) -> int | None:
+    """The exit code when a second SIGINT/SIGTERM stopped a run (also one some library wrapped in an error
+    of its own), else ``None``. Reads ``ligerkit.train.stopping`` only where a run imported it."""
+    stopping = sys.modules.get("ligerkit.train.stopping")
+    signum = stopping.forced_stop() if stopping is not None else None
+    if signum is not None:
+        return stopping.exit_code_of(signum)
+    while exc is not None:  # an interrupt some library caught and chained
+        if isinstance(exc, KeyboardInterrupt):
+            return 130
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _stopped_at_once(code: int) -> NoReturn:
+    err.print("stopped at once (a second signal): the step in progress and any checkpoint being written are "
+              "lost; continue from the newest complete checkpoint with `ligerkit train --resume RUN_DIR`",
+              markup=False, soft_wrap=True)
+    raise typer.Exit(code) from None
 
 
 def fail(exc: LigerKitError) -> NoReturn:

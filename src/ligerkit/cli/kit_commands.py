@@ -82,7 +82,9 @@ def plan(
 @command("Probe a modeling module's symbols; print the verified map.")
 def suggest(
     module: Annotated[str, typer.Argument(metavar="MODULE",
-                                          help="Modeling module (dotted name) or .py file, e.g. a vendored copy.")],
+                                          help="Modeling module (dotted name) or .py file, e.g. a vendored copy. "
+                                               "Its top-level code runs, as `python FILE` would run it: "
+                                               "only code you trust.")],
     config: Annotated[str | None, typer.Option(metavar="CLASS_OR_JSON", help="Config class (pkg.Class or "
                                                "pkg.module:Class) or a JSON file of config values.")] = None,
     set_: Annotated[list[str] | None, set_option("Config override (a key the config has)",
@@ -109,8 +111,10 @@ def suggest(
     over its bound, exit 1), PARTIAL (some got no gradient, exit 4); exit 3 without a GPU. After a
     FAIL each key of the map is proven alone, and the keys that fail alone are named to leave off.
 
-    Importing the module runs its top-level code, as any import does: point suggest only at code you
-    trust. A .py file is imported under its package's dotted name.
+    suggest executes the module: importing a dotted name, or loading a .py file, runs its top-level
+    code as `python FILE` would, with your permissions. Point it only at code you trust. A .py file is
+    imported under its package's dotted name when that name leads to the file; a file named like
+    another module (json.py) is loaded on its own, never that module.
 
     When one of Liger's family helpers already patches the module (transformers' own modeling
     files), the output names it: the official route is the one for those models, and the map is

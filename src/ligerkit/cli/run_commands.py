@@ -33,7 +33,13 @@ def train(
     set_: Annotated[list[str] | None, set_option("Override a config key",
                                                   "--set train.steps=5 --set train.lr=1e-3")] = None,
     resume: Annotated[str | None, typer.Option("--resume", metavar="RUN_DIR", help="Continue the run in this folder "
-                                                              "from its newest complete checkpoint.")] = None,
+                                                              "from its newest intact checkpoint, with the config "
+                                                              "it trained with (only train.steps, logging and "
+                                                              "checkpoint keys may change).")] = None,
+    init_from: Annotated[str | None, typer.Option("--init-from", metavar="RUN_OR_CHECKPOINT", help="Start a new run "
+                                                  "from the model weights of a run folder's newest intact "
+                                                  "checkpoint (or of one checkpoints/step_N folder): fresh "
+                                                  "optimizer, data from the start.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a recipe config (Liger as the config says; under torchrun for several GPUs).
@@ -41,7 +47,8 @@ def train(
     Every run writes a folder (train.output_dir, or a new one under runs/<config name>/): the resolved
     config, the environment, the Liger report, metrics.jsonl, checkpoints, loss.png and summary.json.
     SIGINT/SIGTERM finish the step, save a checkpoint and exit 130/143 (a second signal stops at once);
-    train.stop_after_steps exits 75 the same way; --resume continues. Progress goes to stderr: a bar in a
+    train.stop_after_steps exits 75 the same way; --resume continues (the same config, or a refusal naming
+    each changed key; one process per run folder). Progress goes to stderr: a bar in a
     terminal, log lines elsewhere (train.log_every steps apart).
     """
     from ligerkit.kit.report import render_report
@@ -53,7 +60,7 @@ def train(
             overrides.append("train.progress=false")
         engine = load_engine(_train_config(config, resume), overrides)
         log_to_stderr()
-        result = Trainer(engine, resume).train()
+        result = Trainer(engine, resume, init_from).train()
         if not engine.env.main:
             return
         if as_json:
@@ -86,7 +93,14 @@ def _train_config(config: str | None, resume: str | None) -> str:
     from ligerkit.environment import accelerator
     from ligerkit.errors import InvalidOptionError
     from ligerkit.train.loading import config_of
+    from ligerkit.train.paths import check_path
 
+    for option, value in (("CONFIG", config), ("--resume", resume)):
+        try:
+            if value is not None:
+                check_path(value, option)
+        except ValueError as exc:
+            raise InvalidOptionError(str(exc)) from None
     if config is None:
         if resume is None:
             raise InvalidOptionError("give a config (or a recipe folder) to train, or --resume RUN_DIR")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -25,26 +26,67 @@ class SuggestError(LigerKitError):
 
 
 def load_module(spec: str) -> types.ModuleType:
-    """A dotted module name, or a ``.py`` file (imported under its package's dotted name)."""
+    """A dotted module name, or a ``.py`` file.
+
+    Either way the module's top-level code runs, as ``import`` (or ``python FILE``) runs it. A file is
+    imported under its package's dotted name (so its relative imports work) when that name leads to this
+    very file; where it leads elsewhere (a file named ``json.py``, whose name the standard library has),
+    the file itself is loaded under a name of its own, never the other module.
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise SuggestError("give a modeling module: a dotted name (transformers.models.llama.modeling_llama) or a .py file")
-    path = Path(spec)
-    if spec.endswith(".py") or path.exists():
-        path = path.resolve()
-        if not path.is_file():
-            raise SuggestError(f"{spec} does not exist or is not a Python file")
-        parts = [path.stem]
-        root = path.parent
-        while (root / "__init__.py").exists():
-            parts.insert(0, root.name)
-            root = root.parent
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
-        spec = ".".join(parts)
+    if "\x00" in spec or len(spec.encode("utf-8", errors="surrogatepass")) > 4096:
+        raise SuggestError("the module name or path holds a NUL or is over 4096 bytes; give a dotted module name or "
+                           "the path of a .py file")
     try:
-        return importlib.import_module(spec)
+        is_file = spec.endswith(".py") or Path(spec).exists()
+    except OSError as exc:
+        raise SuggestError(f"cannot look up {spec[:80]!r} ({exc.strerror}); give a shorter path or a dotted name") from exc
+    try:
+        return _load_file(Path(spec).resolve()) if is_file else importlib.import_module(spec)
+    except SuggestError:
+        raise
     except (Exception, SystemExit) as exc:  # the module's own failure, named with its cause
-        raise SuggestError(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
+        raise SuggestError(f"cannot import {spec}: {type(exc).__name__}: {exc}; fix the module (it must import "
+                           "on its own) or point suggest at another") from exc
+
+
+def _load_file(path: Path) -> types.ModuleType:
+    """Import ``path`` under its package's dotted name, or on its own where that name is another module's."""
+    if not path.is_file() or path.suffix != ".py":
+        raise SuggestError(f"{path} does not exist or is not a Python (.py) file; give a .py file or a dotted name")
+    parts, root = [path.stem], path.parent
+    while (root / "__init__.py").exists():
+        parts.insert(0, root.name)
+        root = root.parent
+    if str(root) not in sys.path:
+        sys.path.append(str(root))  # after everything else: the folder never shadows an installed module
+    name = ".".join(parts)
+    if _origin(name) == path:
+        return importlib.import_module(name)
+    own = f"ligerkit_file.{name}"
+    loader_spec = importlib.util.spec_from_file_location(own, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise SuggestError(f"{path} cannot be loaded as a Python module; give a .py file")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[own] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[own]
+        raise
+    return module
+
+
+def _origin(name: str) -> Path | None:
+    """The file ``import name`` would load (``None`` when it finds none, or finding it fails)."""
+    loaded = sys.modules.get(name)
+    try:
+        found = getattr(loaded, "__file__", None) if loaded is not None else getattr(
+            importlib.util.find_spec(name), "origin", None)
+    except (Exception, SystemExit):  # a parent package that does not import: load the file on its own
+        return None
+    return Path(found).resolve() if found else None
 
 
 def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str, Any] | None = None) -> Any:
@@ -73,21 +115,26 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (Exception, SystemExit) as exc:
-        raise SuggestError(f"cannot load config class {spec}: {type(exc).__name__}: {exc}") from exc
+        raise SuggestError(f"cannot load config class {spec}: {type(exc).__name__}: {exc}; check the module and class "
+                           "names (pkg.module:Class), or pass a JSON file of config values") from exc
     if not isinstance(cls, type):
-        raise SuggestError(f"--config {spec} is a {type(cls).__name__}, not a config class")
+        raise SuggestError(f"--config {spec} is a {type(cls).__name__}, not a config class; name the class itself "
+                           "(pkg.module:Class) or pass a JSON file")
     return _small(cls, overrides)
 
 
 def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]) -> Any:
     if not path.is_file():
-        raise SuggestError(f"--config {path}: no such JSON file")
+        raise SuggestError(f"--config {path}: no such JSON file; check the path, or pass a config class "
+                           "(pkg.module:Class)")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise SuggestError(f"--config {path} is not readable JSON: {exc}") from exc
+        raise SuggestError(f"--config {path} is not readable JSON: {exc}; fix the file (one JSON object of config "
+                           "values)") from exc
     if not isinstance(data, dict):
-        raise SuggestError(f"--config {path} holds a JSON {type(data).__name__}; it must be an object of config values")
+        raise SuggestError(f"--config {path} holds a JSON {type(data).__name__}; make it one object of config values, "
+                           "e.g. {\"hidden_size\": 64}")
     if "model_type" in data:
         return _auto_config({**data, **overrides}, path, overrides)
     cls = config_class_for(module)
@@ -105,7 +152,8 @@ def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]
     try:
         return cls(**data)
     except Exception as exc:
-        raise SuggestError(f"--config {path}: {cls.__name__} does not take these values ({exc})") from exc
+        raise SuggestError(f"--config {path}: {cls.__name__} does not take these values ({exc}); change the values "
+                           "it names") from exc
 
 
 def _auto_config(data: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Any:
@@ -115,12 +163,14 @@ def _auto_config(data: dict[str, Any], path: Path, overrides: dict[str, Any]) ->
 
     cls = CONFIG_MAPPING.get(data["model_type"]) if isinstance(data["model_type"], str) else None
     if cls is None:
-        raise SuggestError(f"--config {path}: model_type {data['model_type']!r} is not one transformers knows")
+        raise SuggestError(f"--config {path}: model_type {data['model_type']!r} is not one transformers knows; fix "
+                           "it, or remove model_type to fill the module's own config class")
     _check_options(cls, overrides)
     try:
         return AutoConfig.for_model(**data)
     except Exception as exc:
-        raise SuggestError(f"--config {path}: transformers cannot make a config from it ({exc})") from exc
+        raise SuggestError(f"--config {path}: transformers cannot make a config from it ({exc}); change the values "
+                           "it names") from exc
 
 
 def _check_used(data: dict[str, Any], module: types.ModuleType, path: Path) -> None:
@@ -168,7 +218,8 @@ def _check_options(cls: type | None, options: dict[str, Any]) -> None:
     if unknown:
         hints = [f"{key}" + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, known, n=1))
                              else "") for key in unknown]
-        raise SuggestError(f"{cls.__name__} has no option {', '.join(hints)}")
+        raise SuggestError(f"{cls.__name__} has no option {', '.join(hints)}; fix the --set key (or the JSON key), "
+                           "or leave it out")
 
 
 def _small(cls: type, overrides: dict[str, Any]) -> Any:

@@ -17,6 +17,10 @@ from typing import Any
 from ligerkit.train.config import ConfigError, RecipeConfig, unknown_key_hint
 
 _SIZE_SUFFIXES = ("_size", "_dim", "_layers", "_heads", "vocab_size", "_experts", "_embeddings")
+# Counts a config class loops over as it is built (a list per layer): beyond this, building it alone takes
+# seconds to minutes; the deepest trained models have a few hundred layers, the widest a few hundred experts.
+MAX_COUNT = 10_000
+_COUNT_SUFFIXES = ("_layers", "_experts")
 
 
 def check_file(key: str, value: str | None, what: str) -> None:
@@ -99,6 +103,9 @@ def check_model_keys(keys: dict[str, Any], cls: type, where: str = "model.config
             raise ConfigError(f"{where}.{key}: {cls.__name__} has no such option{unknown_key_hint(key, sorted(known))}")
         if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and key.endswith(_SIZE_SUFFIXES):
             raise ConfigError(f"{where}.{key}: {value} is not a size; it must be a positive integer")
+        if isinstance(value, int) and value > MAX_COUNT and key.endswith(_COUNT_SUFFIXES):
+            raise ConfigError(f"{where}.{key}: {value:,} is more than {MAX_COUNT:,} (the deepest trained models have "
+                              "a few hundred layers); lower it")
 
 
 def build_config(cls: type, keys: dict[str, Any], where: str = "model.config") -> Any:
@@ -107,9 +114,28 @@ def build_config(cls: type, keys: dict[str, Any], where: str = "model.config") -
         raise ConfigError(f"{where} must be a mapping of {cls.__name__} options, got {keys!r}")
     check_model_keys(keys, cls, where)
     try:
-        return cls(**keys)
+        built = cls(**keys)
     except Exception as exc:
-        raise ConfigError(f"{where}: {cls.__name__} refuses these values ({type(exc).__name__}: {exc})") from exc
+        raise ConfigError(f"{where}: {cls.__name__} refuses these values ({type(exc).__name__}: {exc}); change "
+                          "them to values it takes") from exc
+    check_heads(built, where)
+    return built
+
+
+def check_heads(config: Any, where: str = "model.config") -> None:
+    """Attention heads that a model can split: ``num_attention_heads`` a multiple of ``num_key_value_heads``
+    (grouped-query attention repeats each key/value head for a whole group), in ``config`` and its
+    ``text_config`` / ``vision_config``."""
+    for part, prefix in ((config, where), (getattr(config, "text_config", None), f"{where}.text_config"),
+                         (getattr(config, "vision_config", None), f"{where}.vision_config")):
+        heads, kv = getattr(part, "num_attention_heads", None), getattr(part, "num_key_value_heads", None)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, kv)):
+            continue
+        if heads % kv:
+            fits = [d for d in range(1, heads + 1) if heads % d == 0] if heads <= 4096 else [1, heads]
+            raise ConfigError(f"{prefix}.num_key_value_heads: {kv} does not divide num_attention_heads={heads} "
+                              f"(each key/value head serves a whole group of query heads); use one of "
+                              f"{', '.join(map(str, fits))}, or change num_attention_heads")
 
 
 def check_modules(config: RecipeConfig, names: set[str]) -> None:

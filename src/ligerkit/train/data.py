@@ -45,7 +45,8 @@ def corpus_ids(path: str) -> torch.Tensor:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"data.corpus_path {path!r} is not a readable UTF-8 text file ({exc})") from exc
+        raise DataError(f"data.corpus_path {path!r} is not a readable UTF-8 text file ({exc}); point it at a "
+                        "text file, or leave it out for the shipped corpus") from exc
     return torch.tensor(ByteTokenizer().encode(text), dtype=torch.long)
 
 
@@ -62,7 +63,7 @@ def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int,
                          cfg.packing)
         if data.vocab_size > vocab_size:
             raise DataError(f"the tokenizer has {data.vocab_size} tokens but the model's vocabulary {vocab_size}; "
-                            "use the model's own tokenizer (data.tokenizer)")
+                            "use the model's own tokenizer (data.tokenizer), or raise model.config.vocab_size")
         return data.sample(seed, index, cfg.shuffle)
     g = sample_generator(seed, index)
     n = cfg.seq_len
@@ -72,12 +73,14 @@ def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int,
             raise DataError(f"the corpus needs a vocabulary of at least {BYTE_VOCAB}, the model has {vocab_size}; "
                             "raise model.config.vocab_size or use data.kind: synthetic")
         if len(ids) <= n:
-            raise DataError(f"the corpus has {len(ids)} tokens, fewer than data.seq_len={n}")
+            raise DataError(f"the corpus has {len(ids)} tokens, fewer than data.seq_len={n}; lower data.seq_len "
+                            "below that or give a longer data.corpus_path")
         start = int(torch.randint(0, len(ids) - n, (1,), generator=g))
         tokens = torch.cat([torch.tensor([BOS_ID]), ids[start : start + n - 1]])
     else:
         if vocab_size <= BYTE_OFFSET:
-            raise DataError(f"synthetic data needs a vocabulary above {BYTE_OFFSET} tokens, the model has {vocab_size}")
+            raise DataError(f"synthetic data needs a vocabulary above {BYTE_OFFSET} tokens, the model has {vocab_size}; "
+                            "raise model.config.vocab_size")
         motif = torch.randint(BYTE_OFFSET, vocab_size, (MOTIF_LEN,), generator=g)
         tokens = motif.repeat(n // MOTIF_LEN + 1)[:n]
     real = n

@@ -43,14 +43,19 @@ def read_documents(path: str, kind: str, text_field: str) -> list[str]:
         try:
             record = json.loads(line)
         except ValueError as exc:
-            raise DataError(f"{path}:{number} is not a JSON object ({exc}); a jsonl file holds one per line") from exc
+            raise DataError(f"{path}:{number} is not a JSON object ({exc}); a jsonl file holds one per line: fix or "
+                            "remove that line") from exc
+        except RecursionError:
+            raise DataError(f"{path}:{number} nests its JSON too deeply to read; a jsonl line is a flat object "
+                            f"such as {{\"{text_field}\": \"...\"}}: fix or remove that line") from None
         text = record.get(text_field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             raise DataError(f"{path}:{number} has no string field {text_field!r}; set data.text_field to the field "
                             f"that holds the text (this line has {sorted(record) if isinstance(record, dict) else record!r})")
         documents.append(text)
     if not documents:
-        raise DataError(f"data.path {path!r} holds no documents")
+        raise DataError(f"data.path {path!r} holds no documents (every line is blank); point data.path at a file "
+                        f"with one {'JSON object' if kind == 'jsonl' else 'document'} per line")
     return documents
 
 
@@ -92,6 +97,9 @@ def tokenized(path: str, kind: str, text_field: str, tokenizer_path: str, seq_le
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     eos = tokenizer.eos_token_id
     docs = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in read_documents(path, kind, text_field)]
+    if not any(docs):
+        raise DataError(f"every document in {path} is empty once tokenized ({len(docs)} documents, 0 tokens); "
+                        f"check data.text_field ({text_field!r}) names the field that holds the text, or fill the file")
     rows: list[list[int]] = []
     if packing:
         stream = [t for doc in docs for t in [*doc, *([eos] if eos is not None else [])]]

@@ -82,6 +82,12 @@ def config_of(target: str | Path, gpu: bool) -> Path:
 def load_recipe(path: str | Path, recipe: str | None = None) -> Recipe:
     """Import ``recipes.<name>.engine`` and find its RecipeEngine subclass (the base class if none)."""
     root = recipe_root(path, recipe)
+    inside = next((p for p in (root, *root.parents) if (p / "run.json").is_file()
+                   or ((p / "config.yaml").is_file() and (p / "metrics.jsonl").is_file())), None)
+    if inside is not None:  # a run folder is data: whatever it holds, none of it is imported
+        raise RecipeError(f"the recipe {root} lies inside the run folder {inside}, and nothing in a run folder is "
+                          "loaded as code; give the recipe's own config (ligerkit train recipes/<name>/configs/"
+                          f"<file> --resume {inside}), or move the recipe out of the run folder")
     if root.parent.name != "recipes":
         raise RecipeError(f"{root} must sit in a folder named 'recipes/' (recipes/<name>/)")
     top = str(root.parent.parent)

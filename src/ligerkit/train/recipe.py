@@ -17,6 +17,7 @@ may override: ``prepare_model``, ``build_model``, ``make_batch``, ``forward_logi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from ligerkit.train.checks import check_modules, check_paths
 from ligerkit.train.config import ConfigError, RecipeConfig
 from ligerkit.train.data import text_batch
 from ligerkit.train.distributed import DistEnv
+from ligerkit.train.footprint import Footprint, check_footprint
 from ligerkit.train.models import build_transformers_model, disable_kv_cache, transformers_config
 
 Batch = dict[str, torch.Tensor]
@@ -117,6 +119,20 @@ class RecipeEngine:
         check_modules(self.config, self.module_names())
         self.model_config()
 
+    def check_footprint(self, device: torch.device) -> Footprint:
+        """Refuse, before anything is allocated, a config whose memory lower bound exceeds ``device`` (per
+        rank) or host memory, or whose steps need too many samples (:mod:`ligerkit.train.footprint`)."""
+        model_config = self.model_config()
+        if model_config is None and self.config.model.source == "pretrained":
+            from transformers import AutoConfig
+
+            try:
+                model_config = AutoConfig.from_pretrained(self.config.model.pretrained_path, local_files_only=True)
+            except Exception:  # the build names an unreadable checkpoint itself
+                model_config = None
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", self.env.world_size))
+        return check_footprint(self.config, model_config, device, self.env.world_size, ranks_here)
+
     def prepare_model(self, device: torch.device) -> nn.Module:
         """Apply Liger, then build the model (recipes show their own wiring here)."""
         if self.liger_enabled:
@@ -161,6 +177,7 @@ class RecipeEngine:
                 "and this machine has neither; nothing was built. To train here without Liger, add "
                 "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
             )
+        self.check_footprint(device)
         torch.manual_seed(self.config.seed)
         model = self.prepare_model(device)
         disable_kv_cache(model)  # a training step never reads a key/value cache

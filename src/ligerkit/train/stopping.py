@@ -1,7 +1,10 @@
 """How a run stops early: on a signal, after a set number of steps, or on a non-finite number.
 
 SIGINT and SIGTERM ask the trainer to finish the current step, save a checkpoint and exit non-zero;
-a second signal stops at once. ``train.stop_after_steps`` stops the same way after that many steps of
+a second signal stops at once: it raises ``KeyboardInterrupt`` wherever the program is, and records
+itself (:func:`forced_stop`), because code it interrupts may wrap that interrupt in an error of its own
+(torch's distributed checkpoint turns it into a ``CheckpointException``); the command line exits 130
+(143 for SIGTERM) either way, never with a traceback. ``train.stop_after_steps`` stops the same way after that many steps of
 this run (a time-boxed job). A non-finite loss or gradient norm stops before the optimizer step
 would spread it into the weights.
 """
@@ -34,6 +37,19 @@ class NonFiniteError(LigerKitError):
     """A loss or gradient norm was NaN or infinite; the run stopped before updating the weights."""
 
 
+_forced: list[int] = []  # the signal that stopped the last run at once (a second signal), if any
+
+
+def forced_stop() -> int | None:
+    """The signal that stopped the current (or last) run at once, or ``None``."""
+    return _forced[-1] if _forced else None
+
+
+def exit_code_of(signum: int) -> int:
+    """The exit code of a run stopped by ``signum`` (130 SIGINT, 143 SIGTERM, else 128 + signum)."""
+    return EXIT_CODES.get(signum, 128 + int(signum))
+
+
 class StopRequest:
     """Set by the first SIGINT/SIGTERM; read by the trainer after each step."""
 
@@ -49,13 +65,15 @@ def graceful_signals() -> Iterator[StopRequest]:
     """SIGINT/SIGTERM handlers for the block: the first asks for a stop after the current step, a second
     stops at once. Outside the main thread (no signals there) the request simply never comes."""
     request = StopRequest()
+    _forced.clear()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if request:
-            signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_DFL)  # a third signal ends the process the system's way
+            _forced.append(signum)
             raise KeyboardInterrupt(f"signal {signum} again: stopping at once")
         request.signal = signum
         log.warning("%s: finishing this step, then saving a checkpoint (send it again to stop at once)",

@@ -31,7 +31,7 @@ from ligerkit.train.metrics import MetricsLog, StepMetrics
 from ligerkit.train.recipe import Batch, RecipeEngine
 from ligerkit.train.result import TrainResult
 from ligerkit.train.run_dir import RunDirError
-from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, total_norm
+from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, on_host, total_norm
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, NonFiniteError, TrainingStopped, graceful_signals
 
 log = logging.getLogger("ligerkit.train")
@@ -108,6 +108,7 @@ class Trainer:
 
     def _train(self, device: torch.device, stop: object) -> TrainResult:
         t, main = self.config.train, self.env.main
+        self.recipe.check_footprint(device)  # a config that cannot fit is refused before its folder exists
         self.run = self._open_run()
         if main:
             log.info("%s: %d steps on %s x %d, Liger %s, loss %s; run folder %s", self.config.name, t.steps, device,
@@ -257,9 +258,11 @@ class Trainer:
                    device: torch.device, step: int = 0) -> tuple[float, float, int]:
         """One optimizer step; returns (loss, grad norm, valid tokens). A non-finite loss or gradient
         norm raises :class:`NonFiniteError` before the optimizer touches the weights."""
-        local = torch.tensor(float(sum(valid_tokens(b["labels"]) for b in batches)), device=device)
-        total = D.all_reduce_sum(local, self.env)
-        count = max(total.item(), 1.0)  # an all-ignored step contributes zero loss, never NaN
+        # counted on the host from the batches before they move (one sync per step only across ranks)
+        tokens = float(sum(valid_tokens(b["labels"]) for b in batches))
+        if self.env.distributed:
+            tokens = D.all_reduce_sum(torch.tensor(tokens, device=device), self.env).item()
+        count = max(tokens, 1.0)  # an all-ignored step contributes zero loss, never NaN
         # FSDP averages gradients over ranks; the world-size factor keeps them sums / count.
         scale = self.env.world_size / count
         loss_sum = torch.zeros((), device=device)
@@ -270,7 +273,8 @@ class Trainer:
             part.backward()
             loss_sum += part.detach()
         norm = total_norm(model)
-        loss, norm_value = D.all_reduce_sum(loss_sum, self.env).item() / self.env.world_size, self._value(norm)
+        loss, norm_value = on_host(D.all_reduce_sum(loss_sum, self.env), norm)  # one wait for the GPU
+        loss /= self.env.world_size
         if not (math.isfinite(loss) and math.isfinite(norm_value)):
             optimizer.zero_grad(set_to_none=True)
             raise NonFiniteError(
@@ -280,11 +284,7 @@ class Trainer:
         self._clip_to(model, norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss, norm_value, int(total.item())
-
-    @staticmethod
-    def _value(norm: torch.Tensor | None) -> float:
-        return as_float(norm) if norm is not None else 0.0
+        return loss, norm_value, int(tokens)
 
     def _clip_to(self, model: torch.nn.Module, norm: torch.Tensor | None) -> None:
         if norm is not None and self.config.train.grad_clip:
@@ -295,4 +295,4 @@ class Trainer:
         """Clip to ``train.grad_clip`` by the total gradient norm, taken in float32; return that norm."""
         norm = total_norm(model)
         self._clip_to(model, norm)
-        return self._value(norm)
+        return as_float(norm) if norm is not None else 0.0

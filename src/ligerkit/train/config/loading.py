@@ -22,6 +22,8 @@ from pydantic import BaseModel, ValidationError
 from ligerkit.errors import LigerKitError
 from ligerkit.train.arms import ARMS
 from ligerkit.train.config.schema import RecipeConfig
+from ligerkit.train.paths import check_path
+from ligerkit.train.config.yaml_bounds import YamlBoundError, load_bounded
 
 
 class ConfigError(LigerKitError):
@@ -31,12 +33,16 @@ class ConfigError(LigerKitError):
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], YAML-parsed value)."""
     key, sep, raw = item.partition("=")
+    shown = item if len(item) <= 120 else item[:100] + f"... ({len(item):,} characters)"
     if not sep or not key.strip() or any(not part.strip() for part in key.split(".")):
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. --set train.steps=20")
+        raise ConfigError(f"--set {shown!r}: expected KEY=VALUE with a dotted key, e.g. --set train.steps=20")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_bounded(raw) if raw.strip() else ""
+    except YamlBoundError as exc:
+        raise ConfigError(f"--set {shown!r}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc})") from exc
+        raise ConfigError(f"--set {shown!r}: the value is not valid YAML ({exc}); quote it as YAML would "
+                          "(--set 'key=\"text\"') or fix its syntax") from exc
     return key.strip().split("."), value
 
 
@@ -87,6 +93,21 @@ def unknown_key_hint(key: str, known: list[str]) -> str:
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
+def _fix_hint(error: Any) -> str:
+    """What to write instead, for the errors pydantic's message only names."""
+    kind, given = error["type"], error.get("input")
+    if kind in ("int_parsing", "float_parsing") and isinstance(given, str):
+        return (f" (got the text {given[:40]!r}); write a plain number such as 1000000 (YAML reads 1e6 as text, "
+                "1.0e+6 as a number)")
+    if kind in ("literal_error", "enum"):
+        return f" (got {str(given)[:40]!r})"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f" (got {str(given)[:40]}); change the value"
+    if kind.endswith("_type"):
+        return f" (got {type(given).__name__} {str(given)[:40]!r}); change the value's type"
+    return ""
+
+
 def _format(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
@@ -95,40 +116,37 @@ def _format(exc: ValidationError) -> str:
         if error["type"] == "extra_forbidden":
             message = "unknown key" + unknown_key_hint(str(loc[-1]), _fields_at(loc))
         else:
-            message = error["msg"]
+            message = error["msg"] + _fix_hint(error)
         lines.append(f"  {path}: {message}")
     return "\n".join(lines)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses a key given twice in one mapping (YAML would keep the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice (line {key_node.start_mark.line + 1}); keep one",
-                    key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def read_yaml(path: Path) -> Any:
-    """A YAML file's content, with every read, encoding or syntax problem as a :class:`ConfigError`."""
+    """A YAML file's content, with every read, encoding, size or syntax problem as a :class:`ConfigError`."""
+    try:
+        check_path(str(path), "the config path")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give a config file (a recipe folder's configs/*.yaml)")
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path} is {path.stat().st_size:,} bytes; a config is a few kilobytes (at most "
+                              f"{MAX_CONFIG_BYTES:,} are read): give the recipe config, not a data file")
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc}); a config is a YAML file") from exc
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        raise ConfigError(f"cannot read config {path}: {exc}; check the path and its permissions") from exc
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        return load_bounded(text)
+    except YamlBoundError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path} is not valid YAML: {exc}\nFix the YAML at the line it names") from exc
 
 
 def _lookup(data: dict[str, Any], path: list[str]) -> tuple[list[str], Any] | None:
@@ -206,6 +224,7 @@ def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None)
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping at the top level")
+        raise ConfigError(f"{path} must hold a mapping at the top level (name:, model:, data:, train:); it holds "
+                          f"a {type(data).__name__}. Start from a shipped config such as recipes/qwen3/configs/cpu.yaml")
     overrides = list(overrides or [])
     return validate_config(apply_overrides(data, overrides), str(path), overrides)

@@ -16,11 +16,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from ligerkit.naming import LOSS_MODULES
+from ligerkit.train.paths import check_name, check_path, check_run_folder
 
 
 def _number(value: Any) -> Any:
@@ -90,6 +92,11 @@ class ModelConfig(_Strict):
                 raise ValueError("pretrained_model_name_or_path and pretrained_path disagree; set one of them")
         return data
 
+    @field_validator("pretrained_path")
+    @classmethod
+    def _path_fits(cls, value: str | None) -> str | None:
+        return value if value is None else check_path(value, "model.pretrained_path")
+
     @model_validator(mode="after")
     def _pretrained_needs_path(self) -> ModelConfig:
         if self.source == "pretrained" and not self.pretrained_path:
@@ -118,6 +125,11 @@ class DataConfig(_Strict):
     packing: bool = True
     shuffle: bool = True
 
+    @field_validator("corpus_path", "path", "tokenizer")
+    @classmethod
+    def _paths_fit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else check_path(value, f"data.{info.field_name}")
+
     @model_validator(mode="after")
     def _files_need_a_path(self) -> DataConfig:
         if self.kind in ("jsonl", "text") and not self.path:
@@ -141,7 +153,7 @@ class TrainConfig(_Strict):
     grad_clip: Float = Field(1.0, ge=0, description="0 disables clipping")
     warmup_steps: Int = Field(0, ge=0)
     output_dir: str | None = Field(None, description="the run folder (default: a new one under runs/<name>/)")
-    runs_dir: str = Field(default_factory=lambda: os.environ.get("LIGERKIT_RUNS_DIR", "runs"), min_length=1,
+    runs_dir: str = Field(default_factory=lambda: os.environ.get("LIGERKIT_RUNS_DIR", "runs"), validate_default=True,
                           description="where default run folders go (default: $LIGERKIT_RUNS_DIR, else runs/)")
     checkpoint_every: Int | None = Field(None, gt=0, description="save a checkpoint every N steps (and at a "
                                          "graceful stop); resume with `ligerkit train --resume RUN_DIR`")
@@ -188,6 +200,11 @@ class TrainConfig(_Strict):
         "liger_fused); the loader sets the arm's keys (model.liger_kernel.enabled, train.loss.path, "
         "train.compile), and a key this config or --set gives another value is an error"
     )
+
+    @field_validator("output_dir", "runs_dir")
+    @classmethod
+    def _run_folders_fit(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else check_run_folder(value, f"train.{info.field_name}")
 
     @model_validator(mode="after")
     def _micro_divides_global(self) -> TrainConfig:
@@ -263,7 +280,16 @@ class RecipeConfig(_Strict):
 
     @field_validator("name")
     @classmethod
-    def _name_is_simple(cls, value: str) -> str:
-        if not value or "/" in value:
-            raise ValueError("name must be a non-empty string without '/'")
-        return value
+    def _name_is_one_folder(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_path_fits(cls, value: str | None) -> str | None:
+        return value if value is None else check_path(value, "recipe")
+
+    @model_validator(mode="after")
+    def _run_folder_fits(self) -> RecipeConfig:
+        if self.train.output_dir is None:  # the default run folder: runs_dir/name/<stamp>
+            check_run_folder(f"{self.train.runs_dir}/{self.name}", "train.runs_dir with the run's name")
+        return self
