@@ -145,6 +145,18 @@ class FusedTokenLossMixin:
         self._loss_shifts_labels = True
         self.loss_is_scaled_for_ga = True
 
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """Trainer's micro-batches of one optimizer step and their count of valid labels; the count is read
+        to the host here, once per optimizer step, since the fused kernel takes it as a host number (read
+        in every micro-batch's loss instead, it made the host wait for the GPU once per micro-batch)."""
+        samples, items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._ligerkit_items = (items, float(items)) if torch.is_tensor(items) else None
+        return samples, items
+
+    def _items_on_host(self, items: torch.Tensor | int) -> float:
+        held = getattr(self, "_ligerkit_items", None)
+        return held[1] if held is not None and held[0] is items else float(items)
+
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: torch.Tensor | int | None = None) -> Any:
         """The fused token loss (see the class docstring)."""
@@ -159,7 +171,7 @@ class FusedTokenLossMixin:
         factor = 1
         if num_items_in_batch is not None and self.args.average_tokens_across_devices:
             factor = self.accelerator.num_processes // self.get_tp_size()
-        count = None if num_items_in_batch is None else float(num_items_in_batch) / factor
+        count = None if num_items_in_batch is None else self._items_on_host(num_items_in_batch) / factor
         loss = token_loss(model, inputs, count, path="fused", chunk_tokens=self.fused_chunk_tokens)
         if num_items_in_batch is None:
             loss = loss / self.current_gradient_accumulation_steps

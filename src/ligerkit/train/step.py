@@ -69,7 +69,11 @@ def device_batch(batch: Batch, device: torch.device, drop_mask: bool = False) ->
     first), every tensor on ``device``."""
     if drop_mask:
         batch = drop_right_padding_mask(batch)
-    return {k: v.to(device) for k, v in batch.items()}
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    # from page-locked memory the copy is queued like a kernel; from ordinary memory it makes the host wait
+    return {k: v.pin_memory().to(device, non_blocking=True) if v.device.type == "cpu" else v.to(device)
+            for k, v in batch.items()}
 
 
 def dropout_seed(seed: int, sample_index: int) -> int:
@@ -94,6 +98,18 @@ def total_norm(model: nn.Module) -> torch.Tensor | None:
     first = grads[0].device
     norms = [n.to(first) for group in groups.values() for n in torch._foreach_norm(group, 2.0, dtype=torch.float32)]
     return torch.linalg.vector_norm(torch.stack(norms), 2.0)
+
+
+def on_host(loss: torch.Tensor, norm: torch.Tensor | None) -> tuple[float, float]:
+    """``(loss, norm)`` as Python floats, read from the device in one copy (one wait for the GPU, not
+    two); a ``None`` norm (no gradients) is 0. A sharded norm is gathered first."""
+    if norm is None:
+        return float(loss), 0.0
+    full = getattr(norm, "full_tensor", None)
+    norm = full() if callable(full) else norm
+    values = torch.stack([loss.detach().float().reshape(()), norm.detach().float().reshape(()).to(loss.device)])
+    first, second = values.tolist()
+    return first, second
 
 
 def as_float(norm: torch.Tensor) -> float:
