@@ -11,7 +11,7 @@ gradient got one after ``Runnable.loss().backward()``, the seconds; or why not.
 A recorded run, not a CI test. It runs in parts and resumes: families already in the output file
 are skipped, so it can be stopped and started again (and fits a machine's per-command limit).
 
-    python benchmarks/whole_model_cpu.py --device cpu [--out FILE] [--only a,b] [--limit N] [--timeout S]
+    python benchmarks/whole_model_cpu.py --device cpu [--out FILE] [--only a,b] [--limit N] [--timeout S] [--jobs N]
     python benchmarks/whole_model_cpu.py --summary [--out FILE]
     python benchmarks/whole_model_cpu.py --device cuda --out docs/results/whole_model/cuda.jsonl
 """
@@ -204,8 +204,12 @@ def done(out: Path) -> set[str]:
     return {json.loads(line)["module"] for line in out.read_text().splitlines() if line.strip()}
 
 
-def sweep(out: Path, device: str, only: list[str] | None, limit: int | None, timeout: float) -> None:
-    """Run every family not yet in ``out`` (or those of ``only``) in its own process, appending a line each."""
+def sweep(out: Path, device: str, only: list[str] | None, limit: int | None, timeout: float, jobs: int = 1) -> None:
+    """Run every family not yet in ``out`` (or those of ``only``) in its own process, appending a line each;
+    ``jobs`` processes at a time (each uses at most two threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Lock
+
     out.parent.mkdir(parents=True, exist_ok=True)
     modules = family_modules()
     if only:
@@ -213,25 +217,36 @@ def sweep(out: Path, device: str, only: list[str] | None, limit: int | None, tim
     finished = done(out)
     todo = [m for m in modules if short_name(m) not in finished][: limit or None]
     print(f"{len(modules)} modules, {len(finished)} recorded, {len(todo)} to run", flush=True)
-    for name in todo:
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run([sys.executable, __file__, "--one", name, "--device", device],
-                                  capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-            record = json.loads(lines[-1]) if lines else {
-                "module": short_name(name), "ran": False,
-                "error": f"process exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-        except subprocess.TimeoutExpired:
-            record = {"module": short_name(name), "ran": False, "error": f"timed out after {timeout:.0f} s"}
-        record["seconds"] = round(time.perf_counter() - start, 1)
-        record["device"] = device
-        with out.open("a") as f:
+    lock = Lock()
+
+    def one(name: str) -> None:
+        record = _run_family(name, device, timeout)
+        with lock, out.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        status = "FAIL" if not record.get("ran") else "ok" if record.get("all_used") and record.get("grads_all") \
-            else "partial"
-        said = record.get("label") or record.get("error", "")[:120]
-        print(f"{status:7} {record['module']:60} {record['seconds']:6.1f}s {said}", flush=True)
+            status = "FAIL" if not record.get("ran") else "ok" if record.get("all_used") and record.get("grads_all") \
+                else "partial"
+            said = record.get("label") or record.get("error", "")[:120]
+            print(f"{status:7} {record['module']:60} {record['seconds']:6.1f}s {said}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, todo))
+
+
+def _run_family(name: str, device: str, timeout: float) -> dict[str, Any]:
+    """One family's record, from its own process (a crash or a timeout is recorded, not raised)."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--one", name, "--device", device],
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        record = json.loads(lines[-1]) if lines else {
+            "module": short_name(name), "ran": False,
+            "error": f"process exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+    except subprocess.TimeoutExpired:
+        record = {"module": short_name(name), "ran": False, "error": f"timed out after {timeout:.0f} s"}
+    record["seconds"] = round(time.perf_counter() - start, 1)
+    record["device"] = device
+    return record
 
 
 def summary(out: Path) -> None:
@@ -272,6 +287,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated modules (x.modeling_y) or family folders (x)")
     parser.add_argument("--limit", type=int, default=None, help="run at most N families this time")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per family (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1, help="families run at once (default: %(default)s)")
     parser.add_argument("--summary", action="store_true", help="print counts and failures of --out, run nothing")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -289,7 +305,7 @@ def main() -> None:
         summary(args.out)
         return
     only = [o.strip() for o in args.only.split(",") if o.strip()] or None
-    sweep(args.out, args.device, only, args.limit, args.timeout)
+    sweep(args.out, args.device, only, args.limit, args.timeout, args.jobs)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ BATCH = 2
 
 SEQ = 32  # text tokens per row, at least; more where experts need them
 _NAMED_INPUTS = ("input_ids", "pixel_values", "input_values", "input_features", "inputs_embeds")
+_IMAGE_TOKEN_COUNTS = ("mm_tokens_per_image", "image_seq_length", "image_seq_len", "num_image_tokens",
+                       "tokens_per_image", "image_token_count")
 _MEL = ("num_mel_bins", "feature_size", "input_feat_size", "n_mels", "num_mel_filters", "input_dim")
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -129,29 +131,53 @@ def _image_inputs(config: Any, model: nn.Module, accepted: set[str], batch: int,
 
 def _processor_classes(config: Any, model: nn.Module) -> list[type]:
     """The family's image processor classes: transformers' own mapping for the config's model type,
-    else the ``image_processing_*`` modules beside the modeling module."""
+    else the ``image_processing_*`` modules beside the modeling module; for a family derived from others
+    without a processor of its own, those of the families it derives from (:func:`parent_families`)."""
     import importlib
 
     import transformers
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
-    found: list[type] = []
-    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(getattr(config, "model_type", ""), {})
-    for name in (names.values() if isinstance(names, dict) else [names] if isinstance(names, str) else names or ()):
-        try:
-            found.append(getattr(transformers, name))
-        except Exception:  # a backend (torchvision) this machine lacks
-            continue
     family = type(model).__module__.rsplit(".", 1)[0]
     short = family.rsplit(".", 1)[-1]
-    for module_name in (f"{family}.image_processing_{short}", f"{family}.image_processing_pil_{short}"):
-        try:
-            processing = importlib.import_module(module_name)
-        except Exception:
-            continue
-        found += [v for v in vars(processing).values() if isinstance(v, type) and v.__module__ == module_name
-                  and "ImageProcessor" in v.__name__ and not v.__name__.endswith("Kwargs")]
+    found: list[type] = []
+    for model_type in [getattr(config, "model_type", ""), short, *parent_families(type(model).__module__)]:
+        names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type, {})
+        for name in (names.values() if isinstance(names, dict) else [names] if isinstance(names, str) else names or ()):
+            try:
+                found.append(getattr(transformers, name))
+            except Exception:  # a backend (torchvision) this machine lacks
+                continue
+        root = f"{family.rsplit('.', 1)[0]}.{model_type}"
+        for module_name in (f"{root}.image_processing_{model_type}", f"{root}.image_processing_pil_{model_type}"):
+            try:
+                processing = importlib.import_module(module_name)
+            except Exception:
+                continue
+            found += [v for v in vars(processing).values() if isinstance(v, type) and v.__module__ == module_name
+                      and "ImageProcessor" in v.__name__ and not v.__name__.endswith("Kwargs")]
+        if found:
+            break
     return list(dict.fromkeys(found))
+
+
+def parent_families(module_name: str) -> list[str]:
+    """The families a generated modeling module derives from, in the order its ``modular_*`` source beside
+    it imports them (``from ..qwen3_vl.modeling_qwen3_vl import ...``); read as text, never imported."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin:
+        return []
+    here = Path(spec.origin).parent
+    source = here / f"modular_{here.name}.py"
+    try:
+        text = source.read_text()
+    except OSError:
+        return []
+    return list(dict.fromkeys(m for m in re.findall(r"^from \.\.(\w+)\.", text, re.M) if m != here.name))
 
 
 def _processed_images(config: Any, model: nn.Module, size: int, batch: int, accepted: set[str],
@@ -168,10 +194,10 @@ def _processed_images(config: Any, model: nn.Module, size: int, batch: int, acce
                 warnings.simplefilter("ignore")
                 processor = cls()
                 _match_processor(processor, vision)
-                out = processor([np.asarray(image)] * batch, return_tensors="pt")
-        except Exception:  # noqa: BLE001 - a processor that does not take these images: the next one
+                out = dict(processor([np.asarray(image)] * batch, return_tensors="pt"))
+        except Exception:  # noqa: BLE001 - a processor that does not take these images (or returns no mapping)
             continue
-        kept = {k: v for k, v in dict(out).items() if k in accepted and isinstance(v, torch.Tensor)}
+        kept = {k: v for k, v in out.items() if k in accepted and isinstance(v, torch.Tensor)}
         if "pixel_values" in kept:
             kept["pixel_values"] = kept["pixel_values"].float()
             return kept
@@ -225,10 +251,15 @@ def _token_attr(config: Any, *words: str) -> int | None:
 def _with_image_tokens(config: Any, model: nn.Module, ids: torch.Tensor, pixels: dict[str, Any], accepted: set[str],
                        g: torch.Generator) -> dict[str, Any] | None:
     """Token ids holding one image's placeholder tokens per row (between its start and end tokens
-    where the config names them), with the images and token-type ids that mark them."""
+    where the config names them), with the images and token-type ids that mark them. As many
+    placeholders as ``get_image_features`` returns vectors, else as the config's per-image token count
+    (``mm_tokens_per_image``, ``image_seq_length``, ...) says."""
     image_token = _token_attr(config, "image_token_id", "image_token_index", "image_token")
-    count = _count_features(model, pixels) if image_token is not None else None
     batch = ids.shape[0]
+    count = _count_features(model, pixels) if image_token is not None else None
+    if count is None and image_token is not None:  # the image features do not come alone: the config's count
+        per_image = _first_int(config, *_IMAGE_TOKEN_COUNTS)
+        count = per_image * batch if per_image else None
     if count is None or count == 0 or count % batch:
         return None
     start = _token_attr(config, "vision_start", "image_start", "boi", "start_of_image")

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ligerkit.probe.inputs import BATCH, input_candidates
-from ligerkit.probe.top_model import _base_config, config_fingerprint, _make, _meta, top_model_class
+from ligerkit.probe.top_model import _base_config, config_fingerprint, _make, _meta, meta_build_error, top_model_class
 from ligerkit.probe.top_model import class_references, module_config
 from ligerkit.shrink import iter_whole_model_configs, whole_model_configs
 
@@ -192,7 +192,8 @@ def _trials(top: type, base: Any, given: bool) -> _Lazy:
     if key not in _TRIALS:
         if len(_TRIALS) > 32:
             _TRIALS.clear()
-        _TRIALS[key] = _Lazy(iter_whole_model_configs(base, given, lambda c: _meta(top, c)))
+        _TRIALS[key] = _Lazy(iter_whole_model_configs(base, given, lambda c: _meta(top, c),
+                                                      lambda c: meta_build_error(top, c)))
     return _TRIALS[key]
 
 
@@ -204,9 +205,5 @@ def _is_binding_error(exc: BaseException) -> bool:
 
 
 def _build_error(cls: type, config: Any) -> str:
-    try:
-        with torch.device("meta"):
-            _make(cls, config)
-    except Exception as exc:
-        return f"does not build ({_short(exc)})"
-    return "does not build"
+    exc = meta_build_error(cls, config)
+    return f"does not build ({_short(exc)})" if exc is not None else "does not build"

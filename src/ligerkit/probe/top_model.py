@@ -76,6 +76,16 @@ def _meta(cls: type, config: Any) -> nn.Module | None:
         return None
 
 
+def meta_build_error(cls: type, config: Any) -> BaseException | None:
+    """Why ``cls`` does not build from ``config`` on the meta device; ``None`` when it builds."""
+    try:
+        with torch.device("meta"):
+            _make(cls, config)
+    except Exception as exc:
+        return exc
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def class_references(module: types.ModuleType) -> dict[str, frozenset[str]]:
     """For every class and function defined at the top of ``module``'s source, the names its body

@@ -18,6 +18,9 @@ three layers dense keeps no MoE layer in two. The copies made here keep what the
   original depth) cover every type the original model has: per-layer lists are sampled, index
   lists remapped, first-N / last-N layer counts recounted, layer periods reduced, else a long
   enough prefix is kept;
+- a default config that does not build is repaired first where a standard derived field is unset
+  (:mod:`ligerkit.shrink.repair`: ``head_dim`` from the hidden size and head count, ...), and every
+  label built from it says so;
 - the vocabulary shrinks (special token ids moved inside it, unset image placeholders given one),
   a default config's vision or audio tower hands the text model its own width,
   sliding windows fall below the probe sequence, images shrink to a few patches per side with the
@@ -29,7 +32,7 @@ Nothing here knows a family by name: every rule is keyed on config attribute nam
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from torch import nn
@@ -45,15 +48,19 @@ from ligerkit.shrink.parts import (
     small_vocabulary,
     special_token_ids,
 )
+from ligerkit.shrink.repair import repaired_config
 from ligerkit.shrink.tree import _DEPTH, _get, config_tree, divide_widths, width_shift
 
-__all__ = ["config_tree", "iter_whole_model_configs", "layer_types", "special_token_ids", "whole_model_configs"]
+__all__ = ["config_tree", "iter_whole_model_configs", "layer_types", "repaired_config", "special_token_ids",
+           "whole_model_configs"]
+
+BuildError = Callable[[Any], BaseException | None]
 
 
 # --- the configs a whole-model probe tries ----------------------------------------------------------
 
-def whole_model_configs(config: Any, given: bool = False,
-                        build: Callable[[Any], nn.Module | None] | None = None) -> list[tuple[str, Any]]:
+def whole_model_configs(config: Any, given: bool = False, build: Callable[[Any], nn.Module | None] | None = None,
+                        error: BuildError | None = None) -> list[tuple[str, Any]]:
     """Copies of ``config`` to build the whole model from, cheapest first, each with a label.
 
     A module's default config (``given=False``): small widths (every width divided by one power of
@@ -63,14 +70,19 @@ def whole_model_configs(config: Any, given: bool = False,
     own image size; then the family's own widths with the same depth, expert and vocabulary
     reductions. A config the caller gave (``given=True``) is honoured first at its own widths (fewer
     layers, every type kept, few experts), then the small-width copies. Copies equal to an earlier
-    one are left out.
+    one are left out. A default config that does not build (``error``: its build error, ``None``
+    when it builds) is repaired first where that derives what it lacks (:func:`repaired_config`),
+    each label then ending with what the repair set; a given config is never repaired.
     """
-    return list(iter_whole_model_configs(config, given, build))
+    return list(iter_whole_model_configs(config, given, build, error))
 
 
-def iter_whole_model_configs(config: Any, given: bool = False,
-                             build: Callable[[Any], nn.Module | None] | None = None) -> Iterator[tuple[str, Any]]:
+def iter_whole_model_configs(config: Any, given: bool = False, build: Callable[[Any], nn.Module | None] | None = None,
+                             error: BuildError | None = None) -> Iterator[tuple[str, Any]]:
     """:func:`whole_model_configs`, made one at a time (a caller that stops early builds no more)."""
+    notes: list[str] = []
+    if not given and error is not None:
+        config, notes = repaired_config(config, error)
     plans = [("given widths", None, False), ("small widths", True, True), ("small widths, own head dims", False, True),
              ("small widths, own image size", True, False)]
     if not given:
@@ -97,13 +109,14 @@ def iter_whole_model_configs(config: Any, given: bool = False,
             continue  # e.g. no image to shrink: the copy with the config's own images is the same
         made.append(copy.deepcopy(shrunk))
         shrunk = shallow(shrunk, build)
-        yield _label(label, shift, shrunk), shrunk
+        yield _label(label, shift, shrunk, notes), shrunk
 
 
-def _label(label: str, shift: int, config: Any) -> str:
+def _label(label: str, shift: int, config: Any, notes: Sequence[str] = ()) -> str:
     depths = sorted({_get(n, k) for n in config_tree(config) for k in _DEPTH
                      if isinstance(_get(n, k), int) and not isinstance(_get(n, k), bool)})
-    details = [f"widths / {1 << shift}" if shift else "", f"{'/'.join(map(str, depths))} layers" if depths else ""]
+    details = [f"widths / {1 << shift}" if shift else "", f"{'/'.join(map(str, depths))} layers" if depths else "",
+               f"default repaired: {', '.join(notes)}" if notes else ""]
     details = [d for d in details if d]
     return f"{label} ({', '.join(details)})" if details else label
 

@@ -150,23 +150,45 @@ def short_windows(config: Any, window: int = WINDOW) -> None:
             _set(node, "use_cache", False)  # a probe's forward never reads a key/value cache
 
 
+_MERGES = ("spatial_merge_size", "merge_size", "scale_factor", "pixel_shuffle_factor", "spatial_pool_stride")
+_MERGE_RATIOS = ("downsample_ratio", "pixel_shuffle_ratio")
+
+
+def merge_factor(config: Any) -> int:
+    """How many patches per side the tree's image connector merges into one token (a pixel shuffle's
+    scale factor, a spatial merge size, the inverse of a downsample ratio): a patch grid's side must be
+    a multiple of it; 1 when nothing merges."""
+    factor = 1
+    for node in config_tree(config):
+        for name, value in vars(node).items():
+            if name in _MERGES and isinstance(value, int) and not isinstance(value, bool) and 1 < value <= 8:
+                factor = math.lcm(factor, value)
+            elif name in _MERGE_RATIOS and isinstance(value, float) and 0 < value < 1 and (1 / value).is_integer():
+                factor = math.lcm(factor, int(1 / value))
+    return factor
+
+
 def small_images(config: Any, per_side: int = 4) -> bool:
-    """Images of a few patches per side (the count divided by a power of two, at least ``per_side``),
-    and per-image token counts (squares pooled from the patch grid) that fit the new grid. In place;
-    ``True`` when anything changed."""
+    """Images of a few patches per side (the count divided by a power of two, at least ``per_side``; a
+    multiple of :func:`merge_factor`, raised to the next one where a default grid is not), and per-image
+    token counts (squares pooled from the patch grid) that fit the new grid. In place; ``True`` when
+    anything changed."""
     changed = False
+    merge = merge_factor(config)
     for node in config_tree(config):
         size, patch = _get(node, "image_size"), _get(node, "patch_size")
         if not (isinstance(size, int) and isinstance(patch, int) and patch > 0 and size % patch == 0):
             continue
         patches = size // patch
         shift = 0
-        while patches % (2 << shift) == 0 and patches >> (shift + 1) >= per_side:
+        while patches % (2 << shift) == 0 and patches >> (shift + 1) >= per_side and \
+                (patches >> (shift + 1)) % merge == 0:
             shift += 1
-        if shift:
-            _set(node, "image_size", (patches >> shift) * patch)
+        new = -(-(patches >> shift) // merge) * merge
+        if new != patches:
+            _set(node, "image_size", new * patch)
             changed = True
-        changed |= _pooled_tokens(config, patches, patches >> shift)
+        changed |= _pooled_tokens(config, patches, new)
     return changed
 
 

@@ -158,13 +158,14 @@ def _sections(node: Any) -> list[list[int]]:
 
 
 def _head_dims(node: Any) -> list[int]:
-    """Every per-head width of one config: explicit ones, else hidden size over head count."""
+    """Every per-head width of one config: explicit ones, else each hidden size over the head count (a
+    vision config may name both its own width, ``embed_dim``, and the width it hands on, ``hidden_size``)."""
     ints = _ints(node)
     dims = [v for k, v in ints.items() if width_kind(k) == "head" and v > 0]
-    hidden = ints.get("hidden_size") or ints.get("d_model") or ints.get("n_embd") or ints.get("embed_dim")
     heads = next((ints[h] for h in _HEADS if ints.get(h)), None)
-    if not isinstance(_get(node, "head_dim"), int) and hidden and heads and hidden % heads == 0:
-        dims.append(hidden // heads)
+    if not isinstance(_get(node, "head_dim"), int) and heads:
+        dims += [ints[k] // heads for k in ("hidden_size", "d_model", "n_embd", "embed_dim")
+                 if ints.get(k) and ints[k] % heads == 0]
     return dims
 
 
