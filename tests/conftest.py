@@ -29,6 +29,16 @@ def _runs_in_a_temporary_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _caches_in_a_temporary_folder(tmp_path_factory):
+    """The on-disk caches (the verdicts, the families view) of every test and of the processes tests
+    start live in a temporary folder: no test reads or writes a user's cache."""
+    import os
+
+    os.environ["LIGERKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    os.environ.pop("LIGERKIT_VERDICT_CACHE", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _import_family_modules():
     """Import every family's modeling module up front, so the leak guard watches all of them."""
     from ligerkit.kit.families import all_families

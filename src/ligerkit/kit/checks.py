@@ -33,7 +33,7 @@ from ligerkit.naming import MISSING, qualified_name
 from ligerkit.probe.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResult, in_place_hazard
 from ligerkit.probe import runnable
 from ligerkit.probe.catalog import CATALOG, lookup, twin
-from ligerkit.probe.probe import MISMATCH, UNPROBED, best_alternative, probe
+from ligerkit.probe.probe import MISMATCH, UNPROBED, best_alternative, kept_probe
 
 
 def _holds(value: object, original: object) -> bool:
@@ -92,7 +92,7 @@ def aliasing_of(original: object, replacement: object, config: object = None) ->
     module = sys.modules.get(getattr(original, "__module__", "") or "")
     if not writes or module is None:
         return None
-    return in_place_hazard(original, module, config, writes)
+    return in_place_hazard(original, module, config, writes, replacement=replacement)
 
 
 def in_place_advice(replacement: object) -> str:
@@ -179,7 +179,7 @@ def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collect
                 f"skip_probe=[{item.name!r}] (or probe=False); the report then lists it as unprobed."
             )
         module_config = config if config is not None else runnable.module_config(item.module, None)
-        result = probe(item.original, entry, module_config, item.module)
+        result = kept_probe(item.original, entry, module_config, item.module)
         if result.verdict == UNPROBED:
             unprobed.append(f"{label} ({result.reasons[0]})")
         elif result.verdict == MISMATCH:

@@ -21,7 +21,7 @@ from ligerkit.naming import MISSING, qualified_name
 from ligerkit.probe import reference as R
 from ligerkit.probe import runnable
 from ligerkit.probe.catalog import Replacement, lookup
-from ligerkit.probe.probe import MATCH, MISMATCH, probe
+from ligerkit.probe.probe import MATCH, MISMATCH, kept_probe
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ _CACHE: dict[tuple[int, int], tuple[str, str]] = {}
 
 
 def _verdict(before: object, after: object) -> tuple[str, str]:
-    """``(kind, text)``: kind ``probed``, ``differs`` or ``unproven``; cached per pair."""
+    """``(kind, text)``: kind ``probed``, ``differs`` or ``unproven``; cached per pair (and the probe's
+    result on disk: ``ligerkit.probe.verdict_cache``)."""
     key = (id(before), id(after))
     if key in _CACHE:
         return _CACHE[key]
@@ -76,7 +77,7 @@ def _verdict(before: object, after: object) -> tuple[str, str]:
         found = ("unproven", f"ligerkit's catalog holds no reference for {qualified_name(after)}, so its math "
                              "was not compared with the source")
     else:
-        result = probe(before, entry, runnable.module_config(module, None), module)
+        result = kept_probe(before, entry, runnable.module_config(module, None), module)
         if result.verdict == MATCH:
             found = ("probed", "same math as the source (forward and backward, float32 and bfloat16)")
         elif result.verdict == MISMATCH:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from ligerkit.naming import qualified_name
+from ligerkit.probe import runnable, verdict_cache
 from ligerkit.probe.emulate import emulated_module_forward, emulated_rotary
 from ligerkit.probe.runnable import Runnable, Unrunnable, runnable_model
 from ligerkit.probe.top_model import config_fingerprint
@@ -202,26 +204,55 @@ def checked_on(device: str) -> Iterator[None]:
 
 
 def in_place_hazard(source: object, module: types.ModuleType, config: Any = None,
-                    writes: str = BACKWARD, device: str | None = None) -> AliasingResult:
+                    writes: str = BACKWARD, device: str | None = None, replacement: object = None) -> AliasingResult:
     """Whether an in-place replacement for ``source`` (a norm class, or a rotary function when
     ``writes`` is ``"forward+backward"``) would corrupt another consumer in ``module``'s whole model.
 
     ``config`` builds the model (the module's own config class at small dimensions when ``None``);
     ``device`` is where it is built and run (``"cuda"`` allows larger models; default: the CPU, or
     the device of an enclosing :func:`checked_on`). The result is cached per symbol, module, config,
-    kind of write and device.
+    kind of write and device in the process, and on disk (:mod:`~ligerkit.probe.verdict_cache`, whose
+    key also holds ``replacement``, the sources and the versions).
     """
     device = device or _DEVICE.get()
     key = (id(source), module.__name__, config_fingerprint(config) if config is not None else "", writes, str(device))
     if key not in _CACHE:
-        _CACHE[key] = _detect(source, module, config, device)
+        _CACHE[key] = verdict_cache.cached(
+            "in-place", lambda: _disk_key(source, module, config, writes, str(device), replacement),
+            lambda: _detect(source, module, config, device), _dump, functools.partial(_load, qualified_name(source)),
+            keep=lambda r: "MemoryError" not in r.reason and "out of memory" not in r.reason)  # a lack, not a verdict
     return _CACHE[key]
 
 
+def _disk_key(source: object, module: types.ModuleType, config: Any, writes: str, device: str,
+              replacement: object) -> dict[str, Any]:
+    return {"source": verdict_cache.symbol(source), "module": verdict_cache.module_state(module),
+            "config": verdict_cache.config_key(config), "config_classes": verdict_cache.config_classes(module),
+            "writes": writes, "device": device, "tolerance": _TOLERANCE,
+            "replacement": None if replacement is None else verdict_cache.symbol(replacement),
+            "budgets": [runnable.CPU_PARAMETER_BUDGET, runnable.CUDA_PARAMETER_BUDGET]}
+
+
+def _dump(result: AliasingResult) -> dict[str, Any]:
+    return {"source": result.source, "checked": result.checked, "hazard": result.hazard, "reason": result.reason,
+            "affected": list(result.affected), "model": result.model}
+
+
+def _load(source: str, data: Any) -> AliasingResult:
+    """An :class:`AliasingResult` from stored fields, each checked (``ValueError`` for any not valid)."""
+    f = verdict_cache.fields(data, {"source": str, "checked": bool, "hazard": bool, "reason": str,
+                                    "affected": [str], "model": (str, None)})
+    if f["source"] != source or (f["hazard"] and not f["checked"]) or (f["model"] is None) is f["checked"] \
+            or (f["affected"] and not f["hazard"]):
+        raise ValueError("the stored verdict does not hold together")
+    return AliasingResult(source, f["checked"], f["hazard"], f["reason"], tuple(f["affected"]), f["model"])
+
+
 def _detect(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:
-    # Building models makes transformers cache private class attributes; the probe leaves none behind.
-    classes = [v for v in list(vars(module).values()) if isinstance(v, type) and v.__module__ == module.__name__]
-    before = [(cls, dict(vars(cls))) for cls in classes]
+    """Building models caches private class attributes on every modeling module's classes: none stay."""
+    loaded = {m for name, m in list(sys.modules.items()) if m is not None and name.startswith("transformers.models.")}
+    before = [(v, set(vars(v))) for m in loaded | {module} for v in list(vars(m).values())
+              if isinstance(v, type) and v.__module__ == m.__name__]
     try:
         return _detect_in(source, module, config, device)
     finally:

@@ -13,6 +13,7 @@ matching pair is also run through Liger's real kernel, against the source, in bf
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import Any
@@ -22,6 +23,7 @@ from torch import nn
 
 from ligerkit.hf import SMALL_DIMS
 from ligerkit.naming import qualified_name
+from ligerkit.probe import verdict_cache
 from ligerkit.probe.catalog import Replacement, by_kind
 from ligerkit.probe.compare import (
     MATCH,
@@ -37,8 +39,8 @@ from ligerkit.probe.compare import (
 from ligerkit.probe.kernel import kernel_available, kernel_check_module
 from ligerkit.probe.rotary import probe_function
 
-__all__ = ["MATCH", "MISMATCH", "UNPROBED", "ProbeResult", "best_alternative", "kernel_available", "probe",
-           "probe_class", "probe_function"]
+__all__ = ["MATCH", "MISMATCH", "UNPROBED", "ProbeResult", "best_alternative", "kernel_available", "kept_probe",
+           "probe", "probe_class", "probe_function"]
 
 _NORM_SIZE_NAMES = ("hidden_size", "dim", "d_model", "normalized_shape", "num_features", "embed_dim")
 
@@ -194,3 +196,36 @@ def best_alternative(source: object, kind: str, config: Any, module: types.Modul
         if replacement.name != exclude and probe(source, replacement, config, module).verdict == MATCH:
             return replacement.name
     return None
+
+
+def kept_probe(source: object, replacement: Replacement, config: Any = None,
+               module: types.ModuleType | None = None) -> ProbeResult:
+    """:func:`probe`, its result kept on disk (:mod:`~ligerkit.probe.verdict_cache`): the kit's routes
+    probe the same pairs in every process."""
+    def key() -> dict[str, Any]:
+        return {"source": verdict_cache.symbol(source), "config": verdict_cache.config_key(config),
+                "module": None if module is None else verdict_cache.module_state(module),
+                "replacement": {"name": replacement.name, "path": replacement.import_path, "kind": replacement.kind,
+                                "reference": verdict_cache.describe(replacement.reference),
+                                "object": verdict_cache.symbol(replacement.obj)},
+                "kernel": kernel_available()}
+
+    return verdict_cache.cached("probe", key, lambda: probe(source, replacement, config, module), _dump,
+                                functools.partial(_load, qualified_name(source), replacement.name),
+                                keep=lambda r: not any("MemoryError" in t or "out of memory" in t for t in r.reasons))
+
+
+def _dump(result: ProbeResult) -> dict[str, Any]:
+    return {"source": result.source, "replacement": result.replacement, "verdict": result.verdict,
+            "reasons": list(result.reasons), "errors": dict(result.errors)}
+
+
+def _load(source: str, replacement: str, data: Any) -> ProbeResult:
+    """A :class:`ProbeResult` from stored fields, each checked (``ValueError`` for any not valid)."""
+    f = verdict_cache.fields(data, {"source": str, "replacement": str, "verdict": str, "reasons": [str],
+                                    "errors": {str: float}})
+    if (f["source"], f["replacement"]) != (source, replacement) or f["verdict"] not in (MATCH, MISMATCH, UNPROBED) \
+            or (f["verdict"] == MATCH) is bool(f["reasons"]):
+        raise ValueError("the stored probe result does not hold together")
+    return ProbeResult(source, replacement, f["verdict"], tuple(f["reasons"]),
+                       {k: float(v) for k, v in f["errors"].items()})
