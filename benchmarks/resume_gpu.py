@@ -53,7 +53,7 @@ def main() -> None:
     result = {
         "config": str(config), "nproc": args.nproc, "steps": args.steps, "stopped_after": args.stop,
         "resumed_from_step": resumed["summary"]["first_step"], "losses_whole": whole_losses, "losses_cut": cut_losses,
-        "rows_once": [r["step"] for r in rows] == list(range(args.steps)),
+        "rows_once": [r["step"] for r in rows] == list(range(1, args.steps + 1)),
         "max_loss_gap": max(abs(a - b) for a, b in zip(whole_losses, cut_losses, strict=True)),
         "save_seconds_newest_checkpoint": saves, "load_seconds": resumed["summary"]["resume_load_seconds"],
         "checkpoint_gib": sum(f.stat().st_size for f in (work / "cut" / "checkpoints").rglob("*") if f.is_file()) / 2**30,

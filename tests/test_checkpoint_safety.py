@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from ligerkit.train import Trainer, checkpoint, load_engine, rng, safe_load
 from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
-from ligerkit.train.run_dir import RunDirError, keep_metrics_before
+from ligerkit.train.run_dir import RunDirError, keep_metrics_through
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
 SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.checkpoint_every=2", "train.progress=false",
@@ -272,7 +272,7 @@ def test_an_old_run_folder_resumes_safely_to_the_same_curve(run, trained, caplog
 
 
 def test_a_torn_last_metrics_line_is_repaired_and_its_step_rewritten(run, trained, caplog):
-    shutil.rmtree(step(run, 4))  # killed while writing step 3's row, after the checkpoint at step 2
+    shutil.rmtree(step(run, 4))  # killed while writing step 4's row, after the checkpoint at step 2
     rows = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("".join(r + "\n" for r in rows[:3]) + rows[3][:20])
     with caplog.at_level(logging.WARNING, logger="ligerkit.train"):
@@ -283,11 +283,11 @@ def test_a_torn_last_metrics_line_is_repaired_and_its_step_rewritten(run, traine
 def test_a_damaged_metrics_row_before_the_end_is_named(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0}\nnot json\n{"step": 2}\n')
     with pytest.raises(RunDirError, match=r"metrics\.jsonl:2 is not a metrics row"):
-        keep_metrics_before(tmp_path, 2)
+        keep_metrics_through(tmp_path, 2)
     assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 0}\nnot json\n{"step": 2}\n'
-    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n{"step": 2, "lo')
-    assert keep_metrics_before(tmp_path, 2) == 2
-    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 0}\n{"step": 1}\n'
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert keep_metrics_through(tmp_path, 2) == 2
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
 
 
 def test_two_ranks_skip_a_checkpoint_damaged_in_one_rank_shard(tmp_path):

@@ -139,7 +139,7 @@ def test_train_json_reports_steps():
     result = runner.invoke(app, ["train", "recipes/qwen3/configs/cpu.yaml", "--set", "train.steps=2", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert [s["step"] for s in data["steps"]] == [0, 1]
+    assert [s["step"] for s in data["steps"]] == [1, 2]
     assert data["report"] is None  # Liger off in the CPU config
 
 

@@ -140,7 +140,7 @@ def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
     torch.testing.assert_close(model.lm_head.weight, saved.lm_head.weight)
     result = Trainer(engine).train(torch.device("cpu"))
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [0, 1]
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
     assert json.loads(lines[0])["loss"] == pytest.approx(result.steps[0].loss)
 
 

@@ -15,20 +15,42 @@ class LigerKitError(Exception):
     """Base class of every error ligerkit raises on purpose."""
 
 
+class StoppedEarly(LigerKitError):
+    """A run stopped on purpose before its last step (a signal, a step limit) and can be resumed: the command
+    line reports it as a stop, with its message (how to continue) and its own exit code, never as an error."""
+
+
 class UnknownFamilyError(LigerKitError):
-    """The family is not in Liger's registry (and no custom map was given)."""
+    """The family is not in Liger's registry (and no custom map was given). The message names
+    ``ligerkit suggest`` (the tool for a family outside the registry) and, only where one is really
+    close (a typo), the registry names it may have meant."""
+
+    CLOSE = 0.8  # difflib ratio: 'qwen_3' -> qwen3, never 'diffllama' -> llama, mllama, llama4
 
     def __init__(self, family: str, known: Iterable[str]):
         known = sorted(known)
-        close = difflib.get_close_matches(family, known, n=3, cutoff=0.6)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        close = difflib.get_close_matches(family.lower(), known, n=3, cutoff=self.CLOSE)
+        typo = f"Did you mean {', '.join(repr(c) for c in close)}? " if close else ""
         super().__init__(
-            f"Liger has no helper for model family {family!r}.{hint} "
-            f"For a custom or vendored model use custom_patches={{name: LigerPatch(module, attr, replacement)}}; "
-            f"`ligerkit families` lists the {len(known)} families Liger supports."
+            f"{typo}For a model family outside Liger's registry, run `ligerkit suggest {_modeling_module(family)}` "
+            f"(or the path of your own modeling file): it probes the module's norm, MLP and rotary symbols and "
+            f"prints a verified custom_patches map to pass to kit.apply. Liger has no helper for model family "
+            f"{family!r}; `ligerkit families` lists the {len(known)} families it has."
         )
         self.family = family
         self.close_matches = tuple(close)
+
+
+def _modeling_module(family: str) -> str:
+    """transformers' modeling module of ``family`` where it has one, else a placeholder to fill in."""
+    import importlib.util
+
+    name = family.replace("-", "_")
+    dotted = f"transformers.models.{name}.modeling_{name}"
+    try:
+        return dotted if name.isidentifier() and importlib.util.find_spec(dotted) is not None else "MODELING_MODULE"
+    except (ImportError, ValueError):
+        return "MODELING_MODULE"
 
 
 class FamilyResolutionError(LigerKitError):

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from typer.core import TyperCommand
 
-from ligerkit.errors import InvalidOptionError, LigerKitError
+from ligerkit.errors import InvalidOptionError, LigerKitError, StoppedEarly
 from ligerkit.naming import LOSS_MODULES
 
 # Plain (click) help: boolean options show as bare flags, every option shows its metavar.
@@ -23,8 +25,33 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-out = Console()
-err = Console(stderr=True)
+UNWRAPPED = 1_000_000  # the width of output that goes to a pipe or a log file: no line is ever broken
+
+
+def wraps(stream: Any) -> bool:
+    """Whether output to ``stream`` is wrapped: on a terminal, or where ``$COLUMNS`` asks for a width.
+    Piped or redirected output is never wrapped, so a symbol name, a path or a table row stays on one line."""
+    return bool(os.environ.get("COLUMNS")) or bool(getattr(stream, "isatty", lambda: False)())
+
+
+def text_width() -> int:
+    """The width plain text on stdout is wrapped at (:data:`UNWRAPPED` in a pipe or a log file)."""
+    return shutil.get_terminal_size((80, 24)).columns if wraps(sys.stdout) else UNWRAPPED
+
+
+class _Console(Console):
+    """A rich console sized like the terminal on a terminal, and as wide as any line in a pipe or a log file
+    (rich alone wraps those at 80 columns, or at the width of whatever terminal stdin is)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        """The terminal's size, or :data:`UNWRAPPED` columns where output is not wrapped (see :func:`wraps`)."""
+        size = super().size
+        return size if wraps(self.file) else ConsoleDimensions(UNWRAPPED, size.height)
+
+
+out = _Console()
+err = _Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
@@ -173,8 +200,10 @@ def _stopped_at_once(code: int) -> NoReturn:
 
 
 def fail(exc: LigerKitError) -> NoReturn:
-    """Exit 1 (or the error's own exit code) with the error's type and message on stderr."""
-    err.print(f"[bold red]error[/]: {type(exc).__name__}: ", end="")
+    """Exit 1 (or the error's own exit code) with the error's type and message on stderr; a run stopped on
+    purpose (:class:`~ligerkit.errors.StoppedEarly`: a Ctrl-C, a step limit) prints as a stop, not an error."""
+    if not isinstance(exc, StoppedEarly):
+        err.print(f"[bold red]error[/]: {type(exc).__name__}: ", end="")
     err.print(str(exc), markup=False, soft_wrap=True)
     raise typer.Exit(getattr(exc, "exit_code", 1)) from None
 

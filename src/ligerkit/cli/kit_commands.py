@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import Annotated, Any
 
@@ -21,6 +20,7 @@ from ligerkit.cli.common import (
     require_gpu,
     run,
     set_option,
+    text_width,
 )
 from ligerkit.errors import InvalidOptionError
 
@@ -40,7 +40,7 @@ def families(as_json: JsonOpt = False) -> None:
         if as_json:
             emit_json(json_rows(view))
             return
-        sys.stdout.write("\n".join(text_lines(view, shutil.get_terminal_size((80, 24)).columns)) + "\n")
+        sys.stdout.write("\n".join(text_lines(view, text_width())) + "\n")
 
     run(body)
 

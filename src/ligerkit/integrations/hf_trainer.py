@@ -48,7 +48,7 @@ class LigerKitCallback(TrainerCallback):
 
     Args:
         handle: the model's kit handle; by default the one :func:`load_model` attached to the
-            Trainer's model (a model built otherwise: ``attach(model, kit, kit.verify(model))``).
+            Trainer's model, else the kit whose ``kit.verify(model)`` scanned it.
     """
 
     def __init__(self, handle: LigerKitHandle | None = None):
@@ -60,8 +60,9 @@ class LigerKitCallback(TrainerCallback):
         self.handle = self.handle or kit_of(model)
         if self.handle is None:
             raise LigerKitError(
-                "LigerKitCallback found no kit on the Trainer's model: build it with "
-                "ligerkit.integrations.load_model, or pass LigerKitCallback(attach(model, kit, kit.verify(model)))."
+                "Call kit.verify(model) on the model you built under kit.apply (or build it with "
+                "ligerkit.integrations.load_model) before creating the Trainer: LigerKitCallback found no kit on "
+                "the Trainer's model."
             )
         refuse_inline_compile(args, self.handle.report)
 

@@ -23,6 +23,7 @@ from torch import nn
 from ligerkit.errors import InvalidOptionError, ModelBuildError
 from ligerkit.hf import load_config, model_class_for
 from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult
+from ligerkit.kit.core import verified_by
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.kit.official import Modules
 from ligerkit.naming import LOSS_MODULES
@@ -58,13 +59,17 @@ def _no_handle() -> None:
 
 
 def kit_of(model: Any) -> LigerKitHandle | None:
-    """The handle ``load_model`` attached, looking through DDP/FSDP/compile/PEFT wrappers; else ``None``."""
+    """The handle ``load_model`` attached, else the kit whose ``kit.verify`` scanned the model, looking
+    through DDP/FSDP/compile/PEFT wrappers; else ``None``."""
     seen: set[int] = set()
     while model is not None and id(model) not in seen:
         seen.add(id(model))
         handle = vars(model).get("ligerkit") if hasattr(model, "__dict__") else None
         if isinstance(handle, LigerKitHandle):
             return handle
+        verified = verified_by(model) if isinstance(model, nn.Module) else None
+        if verified is not None:
+            return LigerKitHandle(verified[0], verified[0].report, verified[1])
         inner = None
         for attr in ("module", "_orig_mod", "base_model", "model"):
             candidate = getattr(model, attr, None)

@@ -49,6 +49,14 @@ from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_
 
 
 log = logging.getLogger("ligerkit.kit")
+_VERIFIED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, ScanResult]] = weakref.WeakKeyDictionary()
+
+
+def verified_by(model: nn.Module) -> tuple[LigerKernelKit, ScanResult] | None:
+    """The kit whose ``verify`` last scanned ``model``, and that scan (``None`` if none did, or it is gone):
+    how an integration finds the kit of a model built under ``kit.apply``, however it was built."""
+    kit, scan = _VERIFIED.get(model, (lambda: None, None))
+    return (kit(), scan) if kit() is not None else None
 
 
 class LigerKernelKit:
@@ -258,6 +266,7 @@ class LigerKernelKit:
         guard = FirstForwardGuard(self._ledger, self._ledger.entries, Snapshot(self._watched_owners()), model, scan)
         guard.install(model)
         self._guards[model] = guard
+        _VERIFIED[model] = (weakref.ref(self), scan)
         return scan
 
     def _stale_swaps(self, model: nn.Module) -> list[Entry]:

@@ -3,7 +3,8 @@
 The schema checks types and ranges; this checks the config against the world: the files it names
 exist and are what they should be, the family is one transformers knows, every ``model.config`` key
 is one the config class the recipe builds from takes, sizes are positive, and ``modules`` names are
-Liger's. Each problem is a :class:`~ligerkit.train.config.ConfigError` naming the key and the fix.
+Liger's. Each problem is a :class:`~ligerkit.train.config.ConfigError` naming the key and the fix;
+:func:`problems_of` runs several checks and keeps every problem, so one run names them all.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ligerkit.train.config import ConfigError, RecipeConfig, unknown_key_hint
+from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, unknown_key_hint
 
 _SIZE_SUFFIXES = ("_size", "_dim", "_layers", "_heads", "vocab_size", "_experts", "_embeddings")
 # Counts a config class loops over as it is built (a list per layer): beyond this, building it alone takes
@@ -95,17 +97,31 @@ def known_options(cls: type) -> set[str]:
     return known
 
 
+def problems_of(*checks: Callable[[], object]) -> list[str]:
+    """Run every check; the problems of each one that raised a :class:`ConfigError`, in order."""
+    problems: list[str] = []
+    for check in checks:
+        try:
+            check()
+        except ConfigError as exc:
+            problems += exc.problems
+    return problems
+
+
 def check_model_keys(keys: dict[str, Any], cls: type, where: str = "model.config") -> None:
-    """Every key is one ``cls`` takes; every size-like integer is positive."""
+    """Every key is one ``cls`` takes; every size-like integer is positive (all problems in one error)."""
     known = known_options(cls)
+    problems = []
     for key, value in keys.items():
         if key not in known:
-            raise ConfigError(f"{where}.{key}: {cls.__name__} has no such option{unknown_key_hint(key, sorted(known))}")
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and key.endswith(_SIZE_SUFFIXES):
-            raise ConfigError(f"{where}.{key}: {value} is not a size; it must be a positive integer")
-        if isinstance(value, int) and value > MAX_COUNT and key.endswith(_COUNT_SUFFIXES):
-            raise ConfigError(f"{where}.{key}: {value:,} is more than {MAX_COUNT:,} (the deepest trained models have "
-                              "a few hundred layers); lower it")
+            problems.append(f"{where}.{key}: {cls.__name__} has no such option{unknown_key_hint(key, sorted(known))}")
+        elif isinstance(value, int) and not isinstance(value, bool) and value <= 0 and key.endswith(_SIZE_SUFFIXES):
+            problems.append(f"{where}.{key}: {value} is not a size; it must be a positive integer")
+        elif isinstance(value, int) and value > MAX_COUNT and key.endswith(_COUNT_SUFFIXES):
+            problems.append(f"{where}.{key}: {value:,} is more than {MAX_COUNT:,} (the deepest trained models have "
+                            "a few hundred layers); lower it")
+    if problems:
+        raise config_errors(where, problems)
 
 
 def build_config(cls: type, keys: dict[str, Any], where: str = "model.config") -> Any:
@@ -144,7 +160,7 @@ def check_modules(config: RecipeConfig, names: set[str]) -> None:
     if not isinstance(modules, dict) or not modules:
         return
     known = sorted(names)
-    for name in modules:
-        if name not in known:
-            raise ConfigError(f"model.liger_kernel.modules.{name}: not a Liger module name"
-                              f"{unknown_key_hint(name, known)}; the names are {', '.join(known)}")
+    problems = [f"model.liger_kernel.modules.{name}: not a Liger module name{unknown_key_hint(name, known)}; "
+                f"the names are {', '.join(known)}" for name in modules if name not in known]
+    if problems:
+        raise config_errors("model.liger_kernel.modules", problems)

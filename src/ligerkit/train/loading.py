@@ -12,8 +12,10 @@ import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ligerkit.train.config import RecipeConfig, load_recipe_config
+from ligerkit.train.checks import check_model_keys, config_class_for, problems_of
+from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, load_recipe_config, raw_config
 from ligerkit.train.recipe import RecipeEngine
 from ligerkit.errors import LigerKitError
 
@@ -106,10 +108,31 @@ def load_recipe(path: str | Path, recipe: str | None = None) -> Recipe:
     return Recipe(root, found[0])
 
 
+def _model_key_problems(model: Any) -> list[str]:
+    """The ``model.config`` keys of a ``source: config`` model its transformers config class lacks (read
+    from the unvalidated mapping, while the schema has refused something else)."""
+    if not (isinstance(model, dict) and model.get("source", "config") == "config" and isinstance(model.get("family"), str)
+            and isinstance(model.get("config", {}), dict)):
+        return []
+    family, keys = model["family"], model.get("config", {})
+    return problems_of(lambda: check_model_keys(keys, config_class_for(family)))
+
+
 def load_engine(config_path: str | Path, overrides: list[str] | None = None) -> RecipeEngine:
     """Config path (+ overrides) -> the recipe's engine, its config checked against the world (files,
     the model's keys, module names) before anything is built."""
-    config = load_recipe_config(config_path, overrides)
+    try:
+        config = load_recipe_config(config_path, overrides)
+    except ConfigError as exc:  # name the model's own keys too: every mistake of a copied config in one run
+        more = _model_key_problems(raw_config(config_path, overrides).get("model"))
+        if not more:
+            raise
+        raise config_errors(str(config_path), exc.problems + more) from None
     engine = load_recipe(config_path, config.recipe).engine(config)
-    engine.validate()
+    try:
+        engine.validate()
+    except ConfigError as exc:
+        if len(exc.problems) < 2:
+            raise
+        raise config_errors(str(config_path), exc.problems) from None
     return engine

@@ -20,7 +20,8 @@ log = logging.getLogger("ligerkit.train")
 
 @dataclass(frozen=True)
 class StepMetrics:
-    """What one optimizer step reports."""
+    """What one optimizer step reports. ``step`` counts the steps done (from 1), as the log line, the
+    checkpoint names and every message do: row ``step: 3`` of ``metrics.jsonl`` is the log's ``step 3/N``."""
 
     step: int
     loss: float
@@ -40,7 +41,7 @@ class StepMetrics:
 
     def line(self, total: int) -> str:
         """The step as one log line."""
-        text = (f"step {self.step + 1}/{total}: loss {self.loss:.4f}, grad norm {self.grad_norm:.3f}, "
+        text = (f"step {self.step}/{total}: loss {self.loss:.4f}, grad norm {self.grad_norm:.3f}, "
                 f"{self.tokens_per_s:,.0f} tokens/s")
         if self.mfu is not None:
             text += f", MFU {self.mfu:.1%}"
@@ -77,8 +78,8 @@ class MetricsLog:
             with self.path.open("a") as fh:
                 fh.write(json.dumps(finite(metrics.to_dict()), allow_nan=False) + "\n")
                 fh.flush()
-        last = metrics.step + 1 == self.total
-        if self._lines and (metrics.step == 0 or (metrics.step + 1) % self.log_every == 0 or last):
+        last = metrics.step == self.total
+        if self._lines and (metrics.step == 1 or metrics.step % self.log_every == 0 or last):
             log.info(metrics.line(self.total))
         if self._progress is not None:
             status = f"loss {metrics.loss:.4f}  {metrics.tokens_per_s:,.0f} tok/s"  # finite: the guard runs first

@@ -30,8 +30,8 @@ from ligerkit.errors import LigerKitError, LigerNeedsAcceleratorError
 from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
-from ligerkit.train.checks import check_modules, check_paths
-from ligerkit.train.config import ConfigError, RecipeConfig
+from ligerkit.train.checks import check_modules, check_paths, problems_of
+from ligerkit.train.config import ConfigError, RecipeConfig, config_errors
 from ligerkit.train.data import text_batch
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.footprint import Footprint, check_footprint
@@ -114,10 +114,11 @@ class RecipeEngine:
 
     def validate(self) -> None:
         """Check the config against the world before anything is built: files, the model's keys,
-        module names (every problem a :class:`~ligerkit.train.config.ConfigError`)."""
-        check_paths(self.config)
-        check_modules(self.config, self.module_names())
-        self.model_config()
+        module names: one :class:`~ligerkit.train.config.ConfigError` naming every problem found."""
+        problems = problems_of(lambda: check_paths(self.config), lambda: check_modules(self.config, self.module_names()),
+                               self.model_config)
+        if problems:
+            raise config_errors("the recipe config", problems)
 
     def check_footprint(self, device: torch.device) -> Footprint:
         """Refuse, before anything is allocated, a config whose memory lower bound exceeds ``device`` (per

@@ -4,7 +4,7 @@ Every run writes under a folder of its own: by default a new one under ``runs/<c
 named by its start time; an explicit ``train.output_dir`` that already holds a run is refused unless
 the run is resumed. Inside: ``config.yaml`` (the resolved config), ``environment.json`` (versions and
 devices), ``liger.json`` (the kit's report and scan), ``metrics.jsonl`` (strict JSON, one line per
-step, appended and flushed as it goes), ``checkpoints/``, and at the end ``loss.png`` and
+step, numbered from 1 like the log, appended and flushed as it goes), ``checkpoints/``, and at the end ``loss.png`` and
 ``summary.json``.
 """
 
@@ -101,10 +101,12 @@ def write_start(path: Path, config: dict[str, Any], liger: dict[str, Any] | None
     (path / "metrics.jsonl").touch()
 
 
-def keep_metrics_before(path: Path, step: int) -> int:
-    """Drop the rows of ``metrics.jsonl`` at or after ``step`` (a resumed run writes them again); return
-    how many rows stay. A torn last line (a write cut short: no newline) is dropped with a warning, as the
-    resumed run writes its step again; any other line that is not a row is a :class:`RunDirError`."""
+def keep_metrics_through(path: Path, done: int) -> int:
+    """Keep the rows of ``metrics.jsonl`` of steps 1 to ``done`` (a resumed run writes the later ones again);
+    return how many rows stay. Rows number the steps done, from 1, as the log and the checkpoints do; a folder
+    written when they counted from 0 (it has a row of step 0) is renumbered here, so it resumes as one curve.
+    A torn last line (a write cut short: no newline) is dropped with a warning, as the resumed run writes its
+    step again; any other line that is not a row is a :class:`RunDirError`."""
     file = path / "metrics.jsonl"
     if not file.is_file():
         return 0
@@ -113,7 +115,7 @@ def keep_metrics_before(path: Path, step: int) -> int:
         logging.getLogger("ligerkit.train").warning(
             "%s: its last line is torn (%d bytes, no newline), dropped; the resumed run writes that step again",
             file, len(torn))
-    rows = []
+    rows: list[tuple[str, dict[str, Any]]] = []
     for number, line in enumerate(whole.decode("utf-8", errors="replace").split("\n") if whole else [], 1):
         try:
             row = json.loads(line) if line.strip() else None
@@ -122,17 +124,20 @@ def keep_metrics_before(path: Path, step: int) -> int:
         if row is not None and not (isinstance(row, dict) and type(row.get("step")) is int):
             raise RunDirError(f"{file}:{number} is not a metrics row ({line[:80]!r}); delete or repair that line, "
                               "then resume again (rows from the resumed checkpoint on are rewritten anyway)")
-        if row is not None and row["step"] < step:
-            rows.append(line)
-    file.write_text("".join(line + "\n" for line in rows))
-    return len(rows)
+        if row is not None:
+            rows.append((line, row))
+    if any(row["step"] == 0 for _, row in rows):  # counted from 0: step i there is step i + 1 here
+        rows = [(json.dumps({**row, "step": row["step"] + 1}), {**row, "step": row["step"] + 1}) for _, row in rows]
+    kept = [line for line, row in rows if row["step"] <= done]
+    file.write_text("".join(line + "\n" for line in kept))
+    return len(kept)
 
 
-def metrics_rows(path: Path, before: int) -> list[dict[str, Any]]:
-    """The rows of ``metrics.jsonl`` for the steps before ``before`` (what a resumed run trained earlier)."""
+def metrics_rows(path: Path, through: int) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` of steps 1 to ``through`` (what a resumed run trained earlier)."""
     file = path / "metrics.jsonl"
     rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
-    return [r for r in rows if isinstance(r, dict) and type(r.get("step")) is int and r["step"] < before]
+    return [r for r in rows if isinstance(r, dict) and type(r.get("step")) is int and r["step"] <= through]
 
 
 def plot_losses(path: Path) -> Path | None:

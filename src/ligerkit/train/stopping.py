@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import LigerKitError, StoppedEarly
 
 log = logging.getLogger("ligerkit.train")
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 STOPPED_AFTER_STEPS = 75  # EX_TEMPFAIL: stopped on purpose, resumable
 
 
-class TrainingStopped(LigerKitError):
+class TrainingStopped(StoppedEarly):
     """The run stopped before its last step (a signal, ``train.stop_after_steps``); it can be resumed."""
 
     def __init__(self, message: str, exit_code: int):

@@ -154,7 +154,7 @@ class Trainer:
             if main:
                 run_dir.plot_losses(self.run)
         if main:
-            earlier = run_dir.metrics_rows(self.run, before=start) if start else []
+            earlier = run_dir.metrics_rows(self.run, through=start) if start else []
             run_dir.write_json(self.run / "summary.json", result.summary(t.summary_warmup_steps, earlier))
             log.info("%s", result.summary_line(t.summary_warmup_steps))
         return result
@@ -170,7 +170,7 @@ class Trainer:
         done = checkpoint.load(found, model, optimizer, self.env)
         self.resume_seconds = round(time.perf_counter() - began, 3)
         if self.env.main:
-            kept = run_dir.keep_metrics_before(self.run, done)
+            kept = run_dir.keep_metrics_through(self.run, done)
             log.info("resuming %s at step %d from %s, loaded in %.1f s (%d metrics rows kept)", self.run, done,
                      found, self.resume_seconds, kept)
         return done
@@ -210,7 +210,7 @@ class Trainer:
         seen = sum(b["input_ids"].numel() for b in batches) * self.env.world_size
         per_device = seen / elapsed / self.env.world_size
         return StepMetrics(
-            step=step, loss=loss, grad_norm=norm, lr=lr, valid_tokens=tokens,
+            step=step + 1, loss=loss, grad_norm=norm, lr=lr, valid_tokens=tokens,
             tokens_per_s=seen / elapsed, tokens_per_s_per_device=per_device, step_time_s=elapsed,
             peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
             mfu=flops * per_device / peak if peak else None,

@@ -4,8 +4,10 @@ from ligerkit.train.config.loading import (
     ConfigError,
     apply_arm,
     apply_overrides,
+    config_errors,
     load_recipe_config,
     parse_override,
+    raw_config,
     read_yaml,
     unknown_key_hint,
     validate_config,
@@ -20,5 +22,5 @@ from ligerkit.train.config.schema import (
 )
 
 __all__ = ["ConfigError", "DataConfig", "LigerKernelConfig", "LossConfig", "ModelConfig", "RecipeConfig",
-           "TrainConfig", "apply_arm", "apply_overrides", "load_recipe_config", "parse_override", "read_yaml",
-           "unknown_key_hint", "validate_config"]
+           "TrainConfig", "apply_arm", "apply_overrides", "config_errors", "load_recipe_config", "parse_override",
+           "raw_config", "read_yaml", "unknown_key_hint", "validate_config"]

@@ -27,7 +27,21 @@ from ligerkit.train.config.yaml_bounds import YamlBoundError, load_bounded
 
 
 class ConfigError(LigerKitError):
-    """A recipe config is invalid (unknown key, wrong type, inconsistent values, a missing file)."""
+    """A recipe config is invalid (unknown key, wrong type, inconsistent values, a missing file).
+    ``problems`` holds each problem on its own (one, or every one a check found at once)."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()):
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+
+
+def config_errors(source: str, problems: Sequence[str]) -> ConfigError:
+    """One :class:`ConfigError` for every problem found in a config: a single one as it is, several
+    listed a line each under a heading, so a copied config shows all its mistakes in one run."""
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    return ConfigError(f"fix these {len(problems)} problems of {source}:\n" + "\n".join(f"  {p}" for p in problems),
+                       problems)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -86,11 +100,15 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
 
 
 def unknown_key_hint(key: str, known: list[str]) -> str:
-    """``(did you mean ...?)`` for a mistyped key, or where another trainer's name lives here."""
+    """``(did you mean ...?)`` for a mistyped key, or where another trainer's name (spelled right or
+    nearly: ``lerning_rate``) lives here."""
     if key in OTHER_NAMES:
         return f" (this config calls it {OTHER_NAMES[key]})"
     close = difflib.get_close_matches(key, known, n=2, cutoff=0.6)
-    return f" (did you mean {' or '.join(close)}?)" if close else ""
+    if close:
+        return f" (did you mean {' or '.join(close)}?)"
+    other = difflib.get_close_matches(key, list(OTHER_NAMES), n=1, cutoff=0.8)
+    return f" (did you mean {other[0]}? this config calls it {OTHER_NAMES[other[0]]})" if other else ""
 
 
 def _fix_hint(error: Any) -> str:
@@ -108,7 +126,8 @@ def _fix_hint(error: Any) -> str:
     return ""
 
 
-def _format(exc: ValidationError) -> str:
+def _problems(exc: ValidationError) -> list[str]:
+    """Every error pydantic found, one line each: the key path and what is wrong (with the fix)."""
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
@@ -117,8 +136,8 @@ def _format(exc: ValidationError) -> str:
             message = "unknown key" + unknown_key_hint(str(loc[-1]), _fields_at(loc))
         else:
             message = error["msg"] + _fix_hint(error)
-        lines.append(f"  {path}: {message}")
-    return "\n".join(lines)
+        lines.append(f"{path}: {message}")
+    return lines
 
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -216,15 +235,21 @@ def validate_config(data: dict[str, Any], source: str = "<dict>", overrides: Seq
     try:
         return RecipeConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source} is not a valid recipe config:\n{_format(exc)}") from None
+        problems = _problems(exc)
+        raise ConfigError(f"{source} is not a valid recipe config; fix each key named here:\n"
+                          + "\n".join(f"  {p}" for p in problems), problems) from None
 
 
-def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None) -> RecipeConfig:
-    """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate."""
+def raw_config(path: str | Path, overrides: Sequence[str] | None = None) -> dict[str, Any]:
+    """A recipe YAML as a mapping with the ``--set`` overrides applied (not validated)."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level (name:, model:, data:, train:); it holds "
                           f"a {type(data).__name__}. Start from a shipped config such as recipes/qwen3/configs/cpu.yaml")
-    overrides = list(overrides or [])
-    return validate_config(apply_overrides(data, overrides), str(path), overrides)
+    return apply_overrides(data, list(overrides or []))
+
+
+def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None) -> RecipeConfig:
+    """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate."""
+    return validate_config(raw_config(path, overrides), str(path), list(overrides or []))
