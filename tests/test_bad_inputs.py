@@ -222,3 +222,22 @@ def test_suggest_help_and_guide_say_that_it_executes_the_file():
     result = CliRunner().invoke(app, ["suggest", "--help"])
     assert "python FILE" in " ".join(result.output.split())
     assert "python FILE" in " ".join((ROOT / "docs" / "guide.md").read_text().split())
+
+
+@pytest.mark.parametrize("code, said", [(28, "the disk is full"), (30, "read-only")])
+def test_a_full_or_read_only_disk_ends_in_advice_not_a_traceback(code, said, capsys):
+    import typer
+
+    from ligerkit.cli.common import run
+
+    def body():
+        try:
+            raise OSError(code, "no room", "/runs/x/metrics.jsonl")
+        except OSError as exc:
+            raise RuntimeError("the trainer's own wrapper") from exc
+
+    with pytest.raises(typer.Exit) as exited:
+        run(body)
+    assert exited.value.exit_code == 1
+    message = capsys.readouterr().err
+    assert said in message and "/runs/x/metrics.jsonl" in message and "--resume" in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -172,6 +173,7 @@ def run(body: Callable[[], None]) -> None:
         except Exception as exc:
             code = _stopped_by_signal(exc)
             if code is None:
+                _storage_full(exc)
                 raise
             _stopped_at_once(code)
     except KeyboardInterrupt:
@@ -190,6 +192,23 @@ def _stopped_by_signal(exc: BaseException | None) -> int | None:
             return 130
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+_NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+            errno.EROFS: "the file system is read-only"}
+
+
+def _storage_full(exc: BaseException) -> None:
+    """Exit 1 with what to do when ``exc`` (or what it wraps) is a disk that is full or read-only."""
+    seen = exc
+    while seen is not None and not (isinstance(seen, OSError) and seen.errno in _NO_ROOM):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return
+    where = f" writing {seen.filename}" if getattr(seen, "filename", None) else ""
+    fail(LigerKitError(f"{_NO_ROOM[seen.errno]}{where}. Free space there (or make it writable), then continue a run "
+                       "from its newest complete checkpoint with `ligerkit train --resume RUN_DIR`, or point "
+                       "train.runs_dir / train.output_dir at a disk with room"))
 
 
 def _stopped_at_once(code: int) -> NoReturn:
