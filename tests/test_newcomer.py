@@ -199,3 +199,39 @@ def test_the_callback_finds_the_kit_of_a_model_verified_by_it(tmp_path):
         assert written["report"]["patched"] and written["report"]["route"] == "official"
     finally:
         kit.revert()
+
+
+def test_a_single_process_checkpoint_save_and_load_print_no_distributed_warning(tmp_path):
+    import warnings
+
+    import torch
+    from torch import nn
+
+    from ligerkit.train import checkpoint
+    from ligerkit.train.distributed import DistEnv
+
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    env = DistEnv(rank=0, world_size=1, local_rank=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        saved = checkpoint.save(tmp_path, 1, model, optimizer, env, keep=2)
+        checkpoint.load(checkpoint.usable(tmp_path, env), model, optimizer, env)
+    assert not [w for w in seen if "torch.distributed is disabled" in str(w.message)], [str(w.message) for w in seen]
+    assert saved.name == "step_0000001"
+
+
+def test_a_taken_output_dir_offers_resume_only_when_there_is_a_checkpoint(tmp_path):
+    from ligerkit.train.run_dir import RunDirError, open_run_dir
+
+    taken = tmp_path / "run"
+    taken.mkdir()
+    (taken / "config.yaml").write_text("name: x\n")
+    with pytest.raises(RunDirError) as refused:
+        open_run_dir(str(taken), str(tmp_path), "x", None)
+    assert "--resume" not in str(refused.value) and "cannot be resumed" in str(refused.value)
+    (taken / "checkpoints" / "step_0000002").mkdir(parents=True)
+    with pytest.raises(RunDirError, match=f"--resume {taken}"):
+        open_run_dir(str(taken), str(tmp_path), "x", None)

@@ -172,3 +172,16 @@ def test_a_recipe_planted_in_a_run_folder_is_never_imported(run):
     with pytest.raises(RecipeError, match="inside the run folder .* nothing in a run folder is loaded as code"):
         train(run / "config.yaml", resume_from=run)
     assert not marker.exists()
+
+
+def test_a_run_refused_before_it_starts_leaves_no_folder(tmp_path, monkeypatch):
+    from ligerkit.train.recipe import RecipeEngine
+
+    def refuse(self, device):
+        raise RuntimeError("refused while building the model")
+
+    monkeypatch.setattr(RecipeEngine, "setup_model", refuse)
+    with pytest.raises(RuntimeError, match="refused while building"):
+        train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs'}")
+    assert list((tmp_path / "runs").rglob("*")) in ([], [tmp_path / "runs" / "qwen3-cpu"])
+    assert not any(p.is_dir() and p.parent.name == "qwen3-cpu" for p in (tmp_path / "runs").rglob("*"))

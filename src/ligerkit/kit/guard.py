@@ -31,15 +31,14 @@ if TYPE_CHECKING:
     from ligerkit.kit.ledger import Entry, Ledger
 
 _LOSS_FORWARD_HINT = (
-    "Hugging Face Trainer does this inside train() with TrainingArguments(use_liger_kernel=True), and "
-    "TRL with use_liger_kernel=True. The kit already applied Liger's kernels and keeps the loss kernels "
-    "off because the recipe owns its loss normalization: set use_liger_kernel=False (ligerkit.loss has "
-    "a token-normalized fused loss if you want one)."
+    "Set use_liger_kernel=False (TrainingArguments, or TRL's config): the kit already applied Liger's kernels, "
+    "and use_liger_kernel=True patches the model again inside train(), its loss forward included (the recipe "
+    "owns its loss normalization; ligerkit.loss has a token-normalized fused loss if you want one)."
 )
 _HELPER_HINT = (
-    "A Liger helper ran again after verify (apply_liger_kernel_to_*(model=...), Trainer's or TRL's "
-    "use_liger_kernel=True, _apply_liger_kernel_to_instance). Remove that call: the kit already applied "
-    "what the recipe asked for."
+    "Remove the Liger helper call that ran after kit.verify() (apply_liger_kernel_to_*(model=...), "
+    "use_liger_kernel=True in Trainer or TRL, _apply_liger_kernel_to_instance): the kit already applied what "
+    "the recipe asked for."
 )
 
 
@@ -162,10 +161,10 @@ class FirstForwardGuard:
             problems.append(f"Liger modules the kit did not build appeared at {', '.join(added[:5])}")
             hint = hint or _HELPER_HINT
         if problems:
-            raise ForeignPatchError(
-                "The model changed between kit.verify() and its first forward: " + "; ".join(problems[:6])
-                + (" ..." if len(problems) > 6 else "") + ". " + (hint or "Undo that patch, or apply the kit "
-                "again before building the model.")
+            raise ForeignPatchError(  # the fix first: the details can be long
+                (hint or "Undo that patch, or apply the kit again before building the model.")
+                + " What changed between kit.verify() and the model's first forward: " + "; ".join(problems[:6])
+                + (" ..." if len(problems) > 6 else "") + "."
             )
         self.check_device(model)
 

@@ -73,6 +73,8 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
     import torch.distributed.checkpoint as dcp  # slow to import: only when a run saves
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    from ligerkit.train import safe_load
+
     began = time.perf_counter()
     final = run / FOLDER / f"step_{step:07d}"
     partial = final.with_name(final.name + ".partial")
@@ -81,7 +83,8 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
         partial.mkdir(parents=True)
     _barrier(env)
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
+    with safe_load.single_process_quiet():
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
     write_rng(partial / file_name(env.rank))
     _barrier(env)
     manifest.write_share(partial, env.rank, env.world_size)

@@ -172,6 +172,19 @@ def check_room(run: Path, checkpoint: Path, steps: int) -> None:
                           f"changed. To train further, resume with --set train.steps=N for some N > {done}")
 
 
+def discard_unstarted(run: Path) -> bool:
+    """Remove a new run's folder that holds nothing but its lock (the run was refused before it wrote
+    anything); ``True`` when removed. A folder with any other file is left as it is."""
+    try:
+        if {p.name for p in run.iterdir()} - {".lock"}:
+            return False
+        (run / ".lock").unlink(missing_ok=True)
+        run.rmdir()
+    except OSError:
+        return False
+    return True
+
+
 def lock(run: Path) -> IO[str]:
     """Hold ``run``'s lock for as long as the returned file stays open (the OS drops it when the process
     ends); :class:`RunDirError` when another process holds it."""

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +149,23 @@ class RestrictedLoadPlanner(DefaultLoadPlanner):
         container[last] = obj
 
 
+@contextmanager
+def single_process_quiet() -> Iterator[None]:
+    """DCP warns at every save and load without a process group that it assumes a single process: that is
+    what a one-process run means, so the warning is dropped (every other warning stays)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled, unavailable or uninitialized",
+                                category=UserWarning)
+        yield
+
+
 def load_state(folder: Path, state: dict[str, Any]) -> None:
     """DCP-load ``folder`` into ``state`` in place with the restricted reader and planner; every failure
     is a :class:`CheckpointError` (a file named where one is to blame)."""
     reader = RestrictedReader(folder)
     try:
-        dcp.load(state, storage_reader=reader, planner=RestrictedLoadPlanner(folder))
+        with single_process_quiet():
+            dcp.load(state, storage_reader=reader, planner=RestrictedLoadPlanner(folder))
     except CheckpointException as exc:  # DCP gathers each rank's failure (a BaseException)
         causes = [failure[0] for failure in exc.failures.values()]
         for cause in [reader.refused, *causes]:

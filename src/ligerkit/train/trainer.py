@@ -92,6 +92,8 @@ class Trainer:
             if self._lock is not None:
                 self._lock.close()  # the OS would drop it at exit anyway
                 self._lock = None
+            if not clean and self.resume is None and self.env.main and self.run is not None:
+                resume.discard_unstarted(self.run)  # a refused run leaves no empty folder behind
 
     def resolved_config(self) -> dict[str, Any]:
         """The config this run trains with, as ``config.yaml`` and ``run.json`` record it."""
