@@ -86,7 +86,8 @@ def test_an_edited_config_yaml_is_refused(run):
 
 @pytest.mark.parametrize("sets", [["train.steps=5"], ["train.log_every=1", "train.progress=true"],
                                   ["train.checkpoint_every=1", "train.keep_checkpoints=4"],
-                                  ["train.summary_warmup_steps=0", "train.peak_tflops=10"]])
+                                  ["train.summary_warmup_steps=0", "train.peak_tflops=10",
+                                   "train.runs_dir=/tmp/elsewhere"]])
 def test_a_resume_may_change_the_safe_keys(run, sets):
     result = train(run / "config.yaml", "train.stop_after_steps=null", *sets, resume_from=run)
     assert result.first_step == 2 and [r["step"] for r in rows(run)] == list(range(1, result.steps[-1].step + 1))
