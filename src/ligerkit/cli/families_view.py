@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
+from ligerkit.cache_files import CACHE_ENV, cache_root, write_json_atomically  # noqa: F401 (CACHE_ENV: re-exported)
 from ligerkit.environment import installed_version
 from ligerkit.naming import LOSS_MODULES
 
-CACHE_ENV = "LIGERKIT_CACHE_DIR"
 _FORMAT = 1
 _REGISTRY_FILE = ("transformers", "monkey_patch.py")  # under the liger_kernel package
 _ROW_KEYS = {"family", "helper", "modules", "modeling_modules"}
@@ -31,10 +29,7 @@ _ROW_KEYS = {"family", "helper", "modules", "modeling_modules"}
 
 def cache_dir() -> Path:
     """Where the view is kept: ``$LIGERKIT_CACHE_DIR``, ``$XDG_CACHE_HOME/ligerkit`` or ``~/.cache/ligerkit``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ligerkit"
+    return cache_root()
 
 
 def _stamp() -> dict[str, Any]:
@@ -83,16 +78,7 @@ def registry_view() -> list[dict[str, Any]]:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     """Write the cache atomically; a folder that cannot be written is not an error (the view is live)."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".families-", suffix=".tmp",
-                                         delete=False) as tmp:
-            json.dump(data, tmp)
-        os.replace(tmp.name, path)
-    except OSError:
-        if tmp is not None:
-            Path(tmp.name).unlink(missing_ok=True)
+    write_json_atomically(path, data, prefix=".families-")
 
 
 def ligerkit_defaults(liger: dict[str, bool]) -> dict[str, bool]:

@@ -29,16 +29,15 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ligerkit.cache_files import CACHE_ENV, cache_root, write_json_atomically  # noqa: F401 (CACHE_ENV: re-exported)
 from ligerkit.environment import installed_version
 from ligerkit.naming import qualified_name
 
-CACHE_ENV = "LIGERKIT_CACHE_DIR"  # the families view's folder (``ligerkit.cli.families_view``)
 SWITCH_ENV = "LIGERKIT_VERDICT_CACHE"  # "off" (or 0, false, no) turns the verdict cache off
 FORMAT = 1
 _CHECKER = ("probe", "shrink", "hf.py", "naming.py", "kit/checks.py", "kit/official_probe.py")
@@ -63,10 +62,7 @@ def enabled() -> bool:
 
 def cache_dir() -> Path:
     """``$LIGERKIT_CACHE_DIR/verdicts``, else ``$XDG_CACHE_HOME/ligerkit/verdicts`` or ``~/.cache/ligerkit/verdicts``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]) / "verdicts"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ligerkit" / "verdicts"
+    return cache_root() / "verdicts"
 
 
 # --- the key ----------------------------------------------------------------------------------------
@@ -240,14 +236,5 @@ def cached(kind: str, key: Callable[[], Mapping[str, Any]], compute: Callable[[]
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     """Write atomically; a folder that cannot be written is not an error (the verdict was computed)."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".verdict-", suffix=".tmp",
-                                         delete=False) as tmp:
-            json.dump(data, tmp)
-        os.replace(tmp.name, path)
+    if write_json_atomically(path, data, prefix=".verdict-"):
         COUNTS["written"] += 1
-    except OSError:
-        if tmp is not None:
-            Path(tmp.name).unlink(missing_ok=True)

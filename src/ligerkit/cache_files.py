@@ -1,0 +1,41 @@
+"""ligerkit's cache folder and how a cache file is written: one place for both caches that use them.
+
+The families view (``ligerkit.cli.families_view``) and the checks' verdicts
+(``ligerkit.probe.verdict_cache``) keep JSON under ``$LIGERKIT_CACHE_DIR``, else
+``$XDG_CACHE_HOME/ligerkit``, else ``~/.cache/ligerkit``. A cache file is written whole or not at
+all (a temporary file beside it, then a rename); a folder that cannot be written is not an error,
+since a cache only saves the work of computing again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "LIGERKIT_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """``$LIGERKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/ligerkit``, else ``~/.cache/ligerkit``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "ligerkit"
+
+
+def write_json_atomically(path: Path, data: Any, prefix: str = ".cache-") -> bool:
+    """Write ``data`` as JSON to ``path`` whole or not at all; ``False`` when the folder cannot be written."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=prefix, suffix=".tmp", delete=False) as tmp:
+            json.dump(data, tmp)
+        os.replace(tmp.name, path)
+        return True
+    except OSError:
+        if tmp is not None:
+            Path(tmp.name).unlink(missing_ok=True)
+        return False
