@@ -235,3 +235,17 @@ def test_a_taken_output_dir_offers_resume_only_when_there_is_a_checkpoint(tmp_pa
     (taken / "checkpoints" / "step_0000002").mkdir(parents=True)
     with pytest.raises(RunDirError, match=f"--resume {taken}"):
         open_run_dir(str(taken), str(tmp_path), "x", None)
+
+
+def test_suggest_gpu_without_a_gpu_prints_the_cpu_map_then_exits_3(monkeypatch):
+    from typer.testing import CliRunner
+
+    from ligerkit.cli import app, kit_commands
+
+    monkeypatch.setattr(kit_commands, "_no_gpu", lambda: "suggest --gpu: no CUDA GPU here, so the map above was "
+                                                          "verified on the CPU only")
+    args = ["suggest", "toy_models.modeling_layouts", "--config", "toy_models.modeling_layouts:LayoutConfig", "--gpu"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3
+    assert "custom_patches" in result.stdout or "candidates verified" in result.stdout  # the CPU map is printed
+    assert "verified on the CPU only" in result.output and "ligerkit check" not in result.output

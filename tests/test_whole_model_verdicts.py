@@ -150,7 +150,7 @@ def test_suggest_gpu_exits_with_the_partial_code_and_says_partial(monkeypatch):
     from ligerkit.cli import app, kit_commands
 
     real = suggest_module.suggest
-    monkeypatch.setattr(kit_commands, "require_gpu", lambda verb: None)
+    monkeypatch.setattr(kit_commands, "_no_gpu", lambda: None)
     monkeypatch.setattr(suggest_module, "suggest", lambda *a, **k: real(*a, **{**k, "device": "cpu"}))
     monkeypatch.setattr(kit_commands, "_suggest_gradients", lambda result: _parity(use_second=False))
     runner = CliRunner()
@@ -225,7 +225,7 @@ def test_suggest_gpu_without_a_whole_model_is_partial_with_nothing_compared(monk
         raise Unrunnable("LayoutForCausalLM could not be built and run (tried: small widths: does not build)")
 
     real = suggest_module.suggest
-    monkeypatch.setattr(kit_commands, "require_gpu", lambda verb: None)
+    monkeypatch.setattr(kit_commands, "_no_gpu", lambda: None)
     monkeypatch.setattr(suggest_module, "suggest", lambda *a, **k: real(*a, **{**k, "device": "cpu"}))
     monkeypatch.setattr(kit_commands, "_suggest_gradients", unbuildable)
     args = ["suggest", "toy_models.modeling_layouts", "--config", "toy_models.modeling_layouts:LayoutConfig", "--gpu"]
@@ -247,7 +247,7 @@ def test_suggest_gpu_names_the_key_that_fails_alone_after_a_fail(monkeypatch):
         return GradParity([tensor], {}, coverage=grads_module.Coverage("ToyForCausalLM", 1, 1, 4, 4))
 
     real = suggest_module.suggest
-    monkeypatch.setattr(kit_commands, "require_gpu", lambda verb: None)
+    monkeypatch.setattr(kit_commands, "_no_gpu", lambda: None)
     monkeypatch.setattr(suggest_module, "suggest", lambda *a, **k: real(*a, **{**k, "device": "cpu"}))
     monkeypatch.setattr(kit_commands, "_suggest_gradients", lambda result: verdict(False))
     monkeypatch.setattr(kit_commands, "_ablation", lambda result: {"rms_norm": verdict(True), "rope": verdict(False)})

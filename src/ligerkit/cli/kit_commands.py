@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -17,7 +17,6 @@ from ligerkit.cli.common import (
     parse_exclude,
     parse_modules,
     render_scan,
-    require_gpu,
     run,
     set_option,
     text_width,
@@ -108,7 +107,8 @@ def suggest(
     With --gpu, the map is then applied on a GPU and every parameter's gradient of the whole model is
     compared against an unpatched bfloat16 and a float32 run. The verdict names the model and how many
     of its trainable parameter tensors it compared: PASS (all, within bounds, exit 0), FAIL (a tensor
-    over its bound, exit 1), PARTIAL (some got no gradient, exit 4); exit 3 without a GPU. After a
+    over its bound, exit 1), PARTIAL (some got no gradient, exit 4); without a CUDA GPU the CPU map is
+    printed, then exit 3. After a
     FAIL each key of the map is proven alone, and the keys that fail alone are named to leave off.
 
     suggest executes the module: importing a dotted name, or loading a .py file, runs its top-level
@@ -131,11 +131,11 @@ def suggest(
         for item in set_ or []:
             path, value = parse_override(item)
             overrides[".".join(path)] = value
-        if gpu:
-            require_gpu("suggest --gpu")
-        result = run_suggest(module, config, overrides, device="cuda" if gpu else "cpu")
+        no_gpu = _no_gpu() if gpu else None  # without one: the CPU map its help promises, then exit 3
+        gpu_run = gpu and no_gpu is None
+        result = run_suggest(module, config, overrides, device="cuda" if gpu_run else "cpu")
         grads, unseen = None, None
-        if gpu:
+        if gpu_run:
             try:
                 grads = _suggest_gradients(result)
             except Unrunnable as exc:  # nothing compared: no verdict but PARTIAL
@@ -149,6 +149,8 @@ def suggest(
             if alone:
                 gradients["alone"] = {key: {"verdict": g.verdict, "summary": g.summary()} for key, g in alone.items()}
             emit_json({**result.to_dict(), "gradients": gradients})
+            if no_gpu is not None:
+                _say_no_gpu(no_gpu)
             if code:
                 raise typer.Exit(code)
             return
@@ -174,8 +176,26 @@ def suggest(
                           "gradients on its own in the whole model", markup=False, soft_wrap=True)
             if code:
                 raise typer.Exit(code)
+        if no_gpu is not None:
+            _say_no_gpu(no_gpu)
 
     run(body)
+
+
+def _no_gpu() -> str | None:
+    """Why ``suggest --gpu`` cannot prove its map here (no CUDA GPU), or ``None``."""
+    from ligerkit.environment import accelerator
+
+    if accelerator() == "cuda":
+        return None
+    return ("suggest --gpu: no CUDA GPU here, so the map above was verified on the CPU only (forward and backward "
+            "against the reference math, in-place writes in the whole model on the CPU); run the same command on "
+            "a GPU machine to prove it with per-parameter gradients of the whole model")
+
+
+def _say_no_gpu(reason: str) -> NoReturn:
+    err.print(reason, markup=False, soft_wrap=True)
+    raise typer.Exit(3)
 
 
 @command("Check a recipe on the CPU: files, configs, plan + meta build.")
