@@ -249,3 +249,21 @@ def test_suggest_gpu_without_a_gpu_prints_the_cpu_map_then_exits_3(monkeypatch):
     assert result.exit_code == 3
     assert "custom_patches" in result.stdout or "candidates verified" in result.stdout  # the CPU map is printed
     assert "verified on the CPU only" in result.output and "ligerkit check" not in result.output
+
+
+@pytest.mark.parametrize("name", ["qwen3", "recipes/qwen3"])
+def test_a_shipped_recipe_name_resolves_from_any_folder_for_train_smoke_and_bench(tmp_path, monkeypatch, name):
+    from ligerkit.proof import arms
+    from ligerkit.train.loading import SHIPPED_RECIPES, config_of
+
+    monkeypatch.chdir(tmp_path)
+    assert config_of(name, gpu=False) == SHIPPED_RECIPES / "qwen3" / "configs" / "cpu.yaml"  # train on a CPU
+    assert arms.resolve_config(name) == SHIPPED_RECIPES / "qwen3" / "configs" / "gpu.yaml"  # smoke, bench
+
+
+def test_an_unknown_recipe_lists_the_shipped_ones_with_a_suggestion(tmp_path, monkeypatch):
+    from ligerkit.train.loading import RecipeError, config_of
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RecipeError, match=r"recipes/qwen33 is neither .* did you mean qwen3\b.*shipped recipe: .*qwen3"):
+        config_of("recipes/qwen33", gpu=False)

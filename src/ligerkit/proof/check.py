@@ -17,7 +17,7 @@ import torch
 
 from ligerkit.train.config import load_recipe_config
 from ligerkit.train.config import RecipeConfig
-from ligerkit.train.loading import SHIPPED_RECIPES, Recipe, load_recipe
+from ligerkit.train.loading import SHIPPED_RECIPES, Recipe, load_recipe, named_recipe, shipped_names
 from ligerkit.errors import LigerKitError
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult
@@ -75,19 +75,12 @@ def resolve_recipe(spec: str | Path | None) -> Path:
 
     A name that is neither comes back as given, and :func:`check_recipe` reports it.
     """
-    path = Path(spec if spec is not None else DEFAULT_RECIPE)
-    if path.is_dir() or path.is_absolute():
-        return path.resolve()
-    parts = path.parts
-    shipped = SHIPPED_RECIPES / parts[-1] if len(parts) == 1 or parts[:-1] == ("recipes",) else None
-    if shipped is not None and shipped.is_dir():
-        return shipped
-    return path.resolve()
+    return named_recipe(spec if spec is not None else DEFAULT_RECIPE).resolve()
 
 
 def shipped_recipes() -> list[str]:
     """Names of the recipes shipped in this checkout (folders with a ``configs/`` folder)."""
-    return sorted(p.parent.name for p in SHIPPED_RECIPES.glob("*/configs") if p.is_dir())
+    return shipped_names()
 
 
 def check_recipe(path: str | Path | None = None, progress: Callable[[str], None] | None = None) -> CheckResult:

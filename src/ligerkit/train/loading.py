@@ -7,6 +7,7 @@ names that ``LigerPatch`` can point at.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import sys
@@ -70,9 +71,31 @@ def recipe_root(path: str | Path, recipe: str | None = None) -> Path:
                       "elsewhere names its recipe with `recipe: recipes/<name>`")
 
 
+def shipped_names() -> list[str]:
+    """The recipes shipped in this checkout (folders of ``recipes/`` with a ``configs/`` folder)."""
+    return sorted(p.parent.name for p in SHIPPED_RECIPES.glob("*/configs") if p.is_dir())
+
+
+def named_recipe(spec: str | Path) -> Path:
+    """The folder ``spec`` names, for every verb: a path that exists, as given; else a recipe shipped in
+    this checkout named ``qwen3`` or ``recipes/qwen3`` (from any folder); else ``spec`` unchanged."""
+    path = Path(spec)
+    if path.exists() or path.is_absolute():
+        return path
+    parts = path.parts
+    shipped = SHIPPED_RECIPES / parts[-1] if parts and (len(parts) == 1 or parts[:-1] == ("recipes",)) else None
+    return shipped if shipped is not None and (shipped / "configs").is_dir() else path
+
+
 def config_of(target: str | Path, gpu: bool) -> Path:
-    """A config file as given, or a recipe folder's ``configs/gpu.yaml`` (``gpu``) or ``configs/cpu.yaml``."""
-    path = Path(target)
+    """A config file as given, or a recipe folder's ``configs/gpu.yaml`` (``gpu``) or ``configs/cpu.yaml``;
+    a shipped recipe's name works from any folder; anything else is a :class:`RecipeError` listing them."""
+    path = named_recipe(target)
+    if not path.exists():
+        close = difflib.get_close_matches(Path(target).name, shipped_names(), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise RecipeError(f"{target} is neither a config file nor a recipe folder; {hint}give a config file, a recipe "
+                          f"folder, or a shipped recipe: {', '.join(shipped_names())}")
     if path.is_dir():
         chosen = path / "configs" / ("gpu.yaml" if gpu else "cpu.yaml")
         if not chosen.is_file():
