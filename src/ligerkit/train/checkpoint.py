@@ -46,7 +46,8 @@ def _barrier(env: DistEnv) -> None:
         dist.barrier()
 
 
-def _step_of(folder: Path) -> int | None:
+def step_of(folder: Path) -> int | None:
+    """The step a checkpoint folder's name says (``step_0000004`` -> 4); ``None`` for any other name."""
     match = _STEP.fullmatch(folder.name)
     return int(match.group(1)) if match else None
 
@@ -57,8 +58,8 @@ def complete(run: Path) -> list[Path]:
     folder = run / FOLDER
     if not folder.is_dir():
         return []
-    found = [p for p in folder.iterdir() if p.is_dir() and _step_of(p) is not None]
-    return sorted(found, key=lambda p: _step_of(p) or 0)
+    found = [p for p in folder.iterdir() if p.is_dir() and step_of(p) is not None]
+    return sorted(found, key=lambda p: step_of(p) or 0)
 
 
 def latest(run: Path) -> Path | None:
@@ -115,7 +116,7 @@ def read_meta(checkpoint: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise CheckpointFileError(path, "is not a JSON object")
     step, world = meta.get("step"), meta.get("world_size")
-    if type(step) is not int or step != _step_of(checkpoint):
+    if type(step) is not int or step != step_of(checkpoint):
         raise CheckpointFileError(path, f"says step {step!r}, but its folder is {checkpoint.name}")
     if type(world) is not int or world < 1:
         raise CheckpointFileError(path, f"says world_size {world!r}")
@@ -211,7 +212,7 @@ def weights_source(path: Path, env: DistEnv) -> Path:
     ``checkpoints/step_N`` folder (checked like a resume's); :class:`CheckpointError` otherwise."""
     if (path / FOLDER).is_dir() or (path / "config.yaml").is_file():
         return usable(path, env)
-    if _step_of(path) is None or not path.is_dir():
+    if step_of(path) is None or not path.is_dir():
         raise CheckpointError(f"--init-from {path}: give a run folder or one of its checkpoints/step_N folders")
     problems = _agreed(_problem(path, env), env)
     if problems:

@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import yaml
 
-from ligerkit.train.checkpoint import complete, load_weights, weights_source
+from ligerkit.train.checkpoint import complete, load_weights, step_of, weights_source
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.errors import LigerKitError
 from ligerkit.train import distributed as D
@@ -166,7 +166,7 @@ def check_finished_without_checkpoints(run: Path) -> None:
 
 def check_room(run: Path, checkpoint: Path, steps: int) -> None:
     """Refuse a resume from ``checkpoint`` (the newest intact one) that has no step left to train."""
-    done = int(checkpoint.name.split("_")[-1])
+    done = step_of(checkpoint) or 0
     if done >= steps:
         raise RunDirError(f"{run} has trained all {done} of its steps (checkpoint {checkpoint.name}); nothing was "
                           f"changed. To train further, resume with --set train.steps=N for some N > {done}")

@@ -24,6 +24,7 @@ import yaml
 
 from ligerkit.environment import installed_version
 from ligerkit.errors import LigerKitError
+from ligerkit.train.checkpoint import complete
 
 MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
 
@@ -61,9 +62,7 @@ def open_run_dir(output_dir: str | None, runs_dir: str, name: str, resume: str |
         return new_run_dir(runs_dir, name)
     path = Path(output_dir)
     if path.is_dir() and holds_run(path):
-        saved = (path / "checkpoints").is_dir() and any(
-            p.is_dir() and p.name.startswith("step_") and not p.name.endswith(".partial")
-            for p in (path / "checkpoints").iterdir())
+        saved = bool(complete(path))
         go_on = f"continue it with `ligerkit train --resume {output_dir}`, or " if saved else ""
         raise RunDirError(f"train.output_dir {output_dir!r} already holds a run; {go_on}choose another folder (or "
                           "leave output_dir unset for a new one under train.runs_dir)"
