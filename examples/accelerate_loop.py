@@ -1,7 +1,13 @@
 """An Accelerate loop with the kit and the fused token loss, on one process or many.
 
     python examples/accelerate_loop.py
-    accelerate launch --num_processes 2 examples/accelerate_loop.py     # or torchrun --nproc-per-node 2
+    accelerate launch --num_processes 2 examples/accelerate_loop.py     # 2 GPUs
+    accelerate launch --multi_gpu --num_processes 2 examples/accelerate_loop.py   # 2 gloo processes on a CPU
+    torchrun --nproc-per-node 2 examples/accelerate_loop.py
+
+On a machine without a GPU, ``accelerate launch --num_processes N`` alone starts one process (its CPU
+launcher expects ``mpirun``); ``--multi_gpu`` picks accelerate's torchrun launcher, which starts N
+processes that talk over gloo. The script refuses the single process rather than report it as N.
 
 Each process counts its valid labels; ``accelerator.reduce`` sums them over processes, and since
 DDP averages gradients, every process divides its sum of cross entropy by that total over the
@@ -11,11 +17,14 @@ number of processes: the loss of the whole global batch, each token weighed once
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import tempfile
 from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from transformers import AutoModelForCausalLM
 
 from _common import checkpoint, close_distributed, collate, samples, write
@@ -37,18 +46,57 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+class LaunchError(RuntimeError):
+    """The launcher started fewer processes than it was asked for."""
+
+
+def check_launch(accelerator: Accelerator) -> None:
+    """Refuse a lone process that ``accelerate launch --num_processes N`` (N > 1) started on a CPU.
+
+    Accelerate's CPU launcher sets ``MASTER_ADDR`` for N > 1 but starts one process (it expects
+    ``mpirun``), which would train alone and report one process.
+    """
+    asked_for_more = "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ
+    if accelerator.num_processes == 1 and asked_for_more and "WORLD_SIZE" not in os.environ:
+        raise LaunchError(
+            "accelerate launch started 1 process on a machine without a GPU: add --multi_gpu "
+            "(`accelerate launch --multi_gpu --num_processes 2 examples/accelerate_loop.py` starts 2 gloo "
+            "processes on the CPU), or use `torchrun --nproc-per-node 2 examples/accelerate_loop.py`; "
+            "for one process, leave out --num_processes (and unset MASTER_ADDR)")
+
+
+def shared_checkpoint(accelerator: Accelerator) -> str:
+    """A tiny random Qwen3 that the main process writes to a temporary folder and every process loads.
+
+    transformers' ``save_pretrained`` writes weights on rank 0 only once a process group exists, so
+    a folder per rank would hold only the tokenizer on the others: the main process writes it, the
+    others wait for it at a barrier.
+    """
+    folder = [tempfile.mkdtemp(prefix="tiny_qwen3_") if accelerator.is_main_process else None]
+    folder = broadcast_object_list(folder)
+    if accelerator.is_main_process:
+        checkpoint(folder[0])
+    accelerator.wait_for_everyone()
+    return str(folder[0])
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train; return the per-step losses of the global batch."""
     a = parse(argv)
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    check_launch(accelerator)
     gpu = accelerator.device.type == "cuda"
     liger = a.liger == "on" or (a.liger == "auto" and gpu)
     dtype = torch.bfloat16 if gpu else torch.float32
-    path = a.model or checkpoint(tempfile.mkdtemp(prefix="tiny_qwen3_"))
+    path = a.model or shared_checkpoint(accelerator)
     if liger:
         model = load_model(path, dtype=dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    if not a.model:
+        accelerator.wait_for_everyone()  # every process has loaded it: the temporary folder goes
+        if accelerator.is_main_process:
+            shutil.rmtree(path, ignore_errors=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()

@@ -144,7 +144,7 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
                                         "train.compile: false"]
     assert pick["verdicts"]["liger_compile_fused"]["grads_ok"] is False
     assert result["gradients"]["arms"]["liger_compile_fused"]["reference"] == "compile"
-    record, table = B.write_outputs(result, tmp_path)
+    record, table, _ = B.write_outputs(result, tmp_path)
     assert json.loads(record.read_text())["recommendation"] == pick
     text = table.read_text()
     assert "**Recommendation: liger_fused** (1.60x eager tokens/s)" in text and "`train.arm: liger_fused`" in text
@@ -158,7 +158,7 @@ def test_bench_without_gradients_says_the_recommendation_used_the_loss_rule_only
                      loss_tolerance=1e-3)
     assert result["gradients"] is None and result["loss_tolerance"] == 1e-3
     assert result["recommendation"]["arm"] == "liger" and result["recommendation"]["grads_checked"] is False
-    _, table = B.write_outputs(result, tmp_path)
+    _, table, _ = B.write_outputs(result, tmp_path)
     assert "Gradients were not checked (--no-grads): only the loss rule was applied." in table.read_text()
     with pytest.raises(LigerKitError, match="--loss-tolerance"):
         B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make), loss_tolerance=-1)
@@ -361,3 +361,34 @@ def test_a_prelude_runs_before_the_trainer_in_the_arm_process():
     prelude = helper_prelude("qwen3", flags) + "\nprint('prelude ran', file=__import__('sys').stderr)"
     result = run_arm(config, ["train.steps=1", "train.progress=false"], prelude=prelude)
     assert len(result["steps"]) == 1 and result["report"] is None
+
+
+def test_bench_grad_set_lines_come_last_in_the_gradient_pass_and_the_table_says_so(monkeypatch, tmp_path):
+    from ligerkit.proof import arm_grads
+
+    seen = {}
+
+    def fake(config, overrides, arms_, device, calls=1):
+        seen["overrides"] = list(overrides)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(arm_grads, "recipe_arm_grads", fake)
+    with pytest.raises(ValueError, match="stop here"):
+        B.recipe_gradients(GPU_CONFIG, ["train.steps=3"], "cuda", ["data.seq_len=1024"])(["eager"])
+    assert seen["overrides"] == ["train.steps=3", *B.GRADIENT_PASS_LINES, "data.seq_len=1024"]
+
+    make = lambda overrides: run([1.0, 0.9], [1.0, 1.0], [100.0, 100.0], 1.0)  # noqa: E731
+    result = B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
+                     gradients=lambda names: {n: type("G", (), {"errors": {"w": 0.01}, "changed": ()})()
+                                              for n in ["float32", *names]},
+                     grad_overrides=["data.seq_len=1024"])
+    assert result["gradients"]["overrides"] == ["data.seq_len=1024"]
+    assert "Step-1 gradients checked with data.seq_len=1024" in B.to_markdown(result)
+
+
+def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
+    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    both = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "data.seq_len=1024", "--no-grads"])
+    assert both.exit_code == 1 and "--no-grads" in both.stderr
+    typo = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "data.seq_lenn=1024"])
+    assert typo.exit_code == 1 and "seq_len" in typo.stderr

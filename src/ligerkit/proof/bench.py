@@ -101,7 +101,8 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
           on_arm: Callable[[str], None] | None = None, nproc: int = 1, *,
           loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
           grad_tolerance: GradTolerance | None = None, repeats: int = 1,
-          on_speed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+          on_speed: Callable[[dict[str, Any]], None] | None = None,
+          grad_overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Run every arm through ``runner`` (one process each, ``repeats`` rounds), compute ratios against
     eager, and recommend.
 
@@ -109,7 +110,9 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     needs) gives each arm's errors against float32; ``None`` skips the gradient rule, and the
     recommendation says so. ``on_arm`` is called after each arm's run and after the gradients.
     ``on_speed`` gets the result of the speed arms alone (``complete: False``, no recommendation yet)
-    before the gradient pass, so a caller can keep them should that pass fail.
+    before the gradient pass, so a caller can keep them should that pass fail. ``grad_overrides`` are
+    the lines the gradient pass added to the arms' (what ``gradients`` was built with), recorded so the
+    result says what the check saw.
     """
     check_run_options(steps, warmup, nproc, repeats)
     check_loss_tolerance(loss_tolerance)
@@ -144,18 +147,22 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     return {**head, "complete": True,
             "gradients": None if checks is None else {
                 "tolerance": {"factor": grad_tolerance.factor, "slack": grad_tolerance.slack},
+                "overrides": list(grad_overrides),
                 "arms": {a: {"reference": c.reference, "passed": c.passed, "reason": c.reason,
                              "max_error": c.max_error, "failures": list(c.failures)} for a, c in checks.items()}},
             "recommendation": pick.to_dict()}
 
 
-def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> GradientsFn:
+def recipe_gradients(config: Path, overrides: Sequence[str], device: Any,
+                     grad_overrides: Sequence[str] = ()) -> GradientsFn:
     """The real gradient pass: :func:`ligerkit.proof.arm_grads.recipe_arm_grads` in this process on
     ``device``: one forward and backward per arm on the recipe's first sample
     (``train.micro_batch_size=1``, so a float32 copy of the model fits on the GPU at the training
     sequence length), right-padded (``data.pad_every=1``; generated data only) so ignored labels and
     padding are in the check, with the recipe's ``train.arm`` cleared so the float32 truth and every
-    arm are exactly the lines given. Running out of GPU memory (also when a compiler wraps the error)
+    arm are exactly the lines given; ``grad_overrides`` come last (``data.seq_len=1024``: the check at a
+    shorter sequence than the arms trained, for a model whose float32 copy does not fit at the training
+    length). Running out of GPU memory (also when a compiler wraps the error)
     is a :class:`LigerKitError` that says what to change."""
 
     def run(names: Sequence[str]) -> Mapping[str, GradErrors]:
@@ -163,7 +170,8 @@ def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> Gra
 
         arms = {name: Arm(ARMS[name], compiled=is_compiled(name)) for name in names}
         try:
-            return recipe_arm_grads(config, [*overrides, *GRADIENT_PASS_LINES], arms, device, calls=1)
+            return recipe_arm_grads(config, [*overrides, *GRADIENT_PASS_LINES, *grad_overrides], arms, device,
+                                    calls=1)
         except Exception as exc:
             oom = _out_of_memory(exc)
             if oom is None:
@@ -171,8 +179,8 @@ def recipe_gradients(config: Path, overrides: Sequence[str], device: Any) -> Gra
             raise LigerKitError(
                 "the step-1 gradient check (a float32 copy of the model and each arm, one sample) ran out of "
                 f"GPU memory ({str(oom).splitlines()[0] if str(oom) else type(oom).__name__}). The speed results "
-                "are written; rerun with --no-grads, or check gradients at a shorter data.seq_len with "
-                "`ligerkit smoke`") from exc
+                "are written; rerun with --grad-set data.seq_len=N (a shorter sequence for the check alone) or "
+                "--no-grads") from exc
 
     return run
 
@@ -256,11 +264,18 @@ def to_markdown(result: dict[str, Any]) -> str:
                        "gaps: the worst round's); speed ratio per round:")]
         lines += [f"- {arm}: " + ", ".join(f"{run['tokens_per_s_vs_eager']:.3f}x" for run in r["runs"])
                   for arm, r in result["arms"].items() if arm != "eager"]
+    if (result.get("gradients") or {}).get("overrides"):
+        lines += ["", "Step-1 gradients checked with " + ", ".join(result["gradients"]["overrides"])
+                  + " (the speed arms trained with the config's values)."]
     return "\n".join(lines)
 
 
 def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
-    """``bench.json`` and ``bench.md`` (the speed table, then the recommendation) under ``out``."""
+    """``bench.json``, ``bench.md`` (the speed table, then the recommendation) and ``bench.png`` (tokens/s
+    and peak memory per arm with the spread of the rounds: :func:`ligerkit.proof.plots.bench_figure`)
+    under ``out``."""
+    from ligerkit.proof.plots import bench_figure, save
+
     out.mkdir(parents=True, exist_ok=True)
     record, table = out / "bench.json", out / "bench.md"
     record.write_text(json.dumps(result, indent=2))
@@ -273,4 +288,4 @@ def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
         text += ("\nSpeed arms only: the step-1 gradient check (run after them) has not finished, so there "
                  "is no recommendation.\n")
     table.write_text(text)
-    return [record, table]
+    return [record, table, save(bench_figure(result), out / "bench.png")]

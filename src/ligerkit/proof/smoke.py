@@ -4,7 +4,8 @@ Modelled on Liger's own convergence tests: the per-step loss must agree within a
 by the training dtype, and the gradient norm within a relative one. A loss is not a proof of the
 backward, so smoke also takes the step-1 gradients of every parameter tensor with Liger on and off
 against a float32 run (``grads.py``) and fails when any tensor is off by more than the tolerance.
-Writes a JSON record and a PNG plot of both curves; the caller exits non-zero when parity fails.
+Writes a JSON record and a PNG of what the verdict rests on (``plots.py``); the caller exits
+non-zero when parity fails.
 """
 
 from __future__ import annotations
@@ -100,25 +101,12 @@ def smoke(config: Path, steps: int, overrides: list[str], runner: Runner, nproc:
 
 
 def write_outputs(result: SmokeResult, out: Path) -> list[Path]:
-    """``smoke.json`` and ``smoke.png`` (loss and grad-norm curves of both arms) under ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """``smoke.json`` and ``smoke.png`` under ``out``: the picture holds what the verdict rests on, the
+    per-step loss and grad-norm gaps against their tolerances and every tensor's step-1 gradient error
+    against its bound (:func:`ligerkit.proof.plots.smoke_figure`)."""
+    from ligerkit.proof.plots import save, smoke_figure
 
     out.mkdir(parents=True, exist_ok=True)
     record = out / "smoke.json"
     record.write_text(json.dumps(result.to_dict(), indent=2))
-    fig, (ax_loss, ax_gn) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, arm in (("Liger off", result.off), ("Liger on", result.on)):
-        ax_loss.plot(arm["losses"], label=name)
-        ax_gn.plot(arm["grad_norms"], label=name)
-    ax_loss.set(title=f"loss (max gap {max(result.loss_gaps):.2e}, tol {result.loss_tolerance:g})", xlabel="step")
-    ax_gn.set(title="grad norm", xlabel="step")
-    ax_loss.legend()
-    fig.suptitle(f"{Path(result.config).parent.parent.name}: {result.verdict}")
-    fig.tight_layout()
-    plot = out / "smoke.png"
-    fig.savefig(plot, dpi=100)
-    plt.close(fig)
-    return [record, plot]
+    return [record, save(smoke_figure(result), out / "smoke.png")]
