@@ -265,3 +265,27 @@ def test_the_gpu_loop_hands_its_gradients_out_once_scaled_by_the_caller():
     assert out[2] is None and len(out) == 9
     with pytest.raises(RuntimeError, match="once"):
         _TokenNormalizedFLCE.backward(ctx, torch.tensor(1.0))
+
+
+def test_the_head_check_runs_on_a_prefix_of_a_text_batch_and_compares_in_row_chunks():
+    import torch
+
+    from ligerkit.loss.wiring import FusedLossRefusedError, OutputHead, check_head_reproduces_logits, head_check_batch
+
+    text = {"input_ids": torch.zeros(2, 4096, dtype=torch.long), "labels": torch.zeros(2, 4096, dtype=torch.long),
+            "attention_mask": torch.ones(2, 4096, dtype=torch.long)}
+    cut = head_check_batch(text, tokens=512)
+    assert all(v.shape == (2, 512) for v in cut.values())
+    images = {**text, "pixel_values": torch.zeros(2, 3, 8, 8)}
+    assert head_check_batch(images, tokens=512) is images  # image positions may need every token
+    short = {k: v[:, :100] for k, v in text.items()}
+    assert head_check_batch(short, tokens=512) is short
+
+    torch.manual_seed(0)
+    head = OutputHead(torch.randn(7, 5), None, None)
+    hidden = torch.randn(1, 50, 5)
+    logits = hidden @ head.weight.T
+    check_head_reproduces_logits(logits, hidden, head, rows=8)  # equal in every chunk
+    logits[0, 45, 3] += 1.0  # one position, in the last chunk only
+    with pytest.raises(FusedLossRefusedError, match="max difference 1"):
+        check_head_reproduces_logits(logits, hidden, head, rows=8)

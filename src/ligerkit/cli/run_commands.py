@@ -196,6 +196,11 @@ def bench(
                                                "error against float32 exceeds this x its reference arm's "
                                                "+ --grad-slack.")] = 2.0,
     grad_slack: Annotated[float, typer.Option(metavar="X", help="Gradient check: added to the bound.")] = 0.01,
+    grad_set: Annotated[list[str] | None, typer.Option(
+        "--grad-set", metavar="KEY=VALUE", show_default=False,
+        help="Config override for the gradient check alone, after --set (repeat for several), e.g. "
+             "--grad-set data.seq_len=1024 where a float32 copy of the model does not fit at the training "
+             "length; bench.md says what the check ran with.")] = None,
     out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json and bench.md.")
                        ] = "runs/bench",
     as_json: JsonOpt = False,
@@ -215,6 +220,7 @@ def bench(
 
     from rich.progress import Progress
 
+    from ligerkit.errors import InvalidOptionError
     from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
     from ligerkit.proof.arms import default_runner, resolve_config
@@ -230,16 +236,22 @@ def bench(
         grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
         load_recipe_config(config, overrides)  # a bad config or --set is named before the GPU check
         B.check_arm_configs(config, chosen, overrides, steps)
+        grad_lines = list(grad_set or [])
+        if grad_lines and no_grads:
+            raise InvalidOptionError("--grad-set sets the gradient check, which --no-grads skips; give one of them")
+        if grad_lines:
+            load_recipe_config(config, [*overrides, *B.GRADIENT_PASS_LINES, *grad_lines])
         require_gpu("bench")
         import torch
 
-        gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"))
+        gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"), grad_lines)
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None))
             result = B.bench(config, chosen, steps, warmup, overrides, default_runner(),
                              on_arm=lambda arm: progress.advance(task), nproc=nproc,
                              loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance,
-                             repeats=repeats, on_speed=lambda partial: B.write_outputs(partial, Path(out_dir)))
+                             repeats=repeats, on_speed=lambda partial: B.write_outputs(partial, Path(out_dir)),
+                             grad_overrides=grad_lines)
         files = B.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)

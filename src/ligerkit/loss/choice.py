@@ -18,7 +18,7 @@ from torch import nn
 from ligerkit.errors import InvalidOptionError
 from ligerkit.loss.fused import fused_linear_token_loss
 from ligerkit.loss.liger_chunks import CHUNK_TOKENS
-from ligerkit.loss.wiring import check_head_reproduces_logits, output_head
+from ligerkit.loss.wiring import check_head_reproduces_logits, head_check_batch, output_head
 from ligerkit.naming import IGNORE_INDEX
 
 Batch = dict[str, torch.Tensor]
@@ -79,6 +79,7 @@ class FusedLoss:
         """Refuse (:class:`~ligerkit.loss.FusedLossRefusedError`) unless the output head applied to the
         hidden states gives the model's own logits."""
         head = output_head(model)
+        batch = head_check_batch(batch)
         with torch.no_grad():
             check_head_reproduces_logits(recipe.forward_logits(model, batch), recipe.forward_hidden(model, batch), head)
 

@@ -50,16 +50,46 @@ def output_head(model: nn.Module) -> OutputHead:
     return OutputHead(head.weight, head.bias, float(softcap) if softcap else None)
 
 
-def check_head_reproduces_logits(logits: torch.Tensor, hidden: torch.Tensor, head: OutputHead) -> None:
-    """Refuse unless ``head(hidden)`` (with its softcap) equals the model's own logits."""
+HEAD_CHECK_TOKENS = 512
+"""Positions of a text sample the head check runs on: the check is about the head, and the model's
+full-length logits (sequence x vocabulary, twice) would cap the longest sequence the fused path trains."""
+
+TEXT_KEYS = frozenset({"input_ids", "attention_mask", "labels", "position_ids", "token_type_ids"})
+"""Batch keys that are per-position text and nothing else; a batch of only these can be cut to a prefix."""
+
+
+def head_check_batch(batch: dict[str, torch.Tensor], tokens: int = HEAD_CHECK_TOKENS) -> dict[str, torch.Tensor]:
+    """The batch the head check runs on: a text-only batch's first ``tokens`` positions (each tensor cut
+    along its position dimension, which must be the same length for all), any other batch unchanged
+    (images or audio may need every position that carries them)."""
+    if not batch or set(batch) - TEXT_KEYS:
+        return batch
+    lengths = {v.shape[1] if v.dim() >= 2 else -1 for v in batch.values()}
+    if len(lengths) != 1 or next(iter(lengths)) <= tokens:
+        return batch
+    return {k: v[:, :tokens] for k, v in batch.items()}
+
+
+def check_head_reproduces_logits(logits: torch.Tensor, hidden: torch.Tensor, head: OutputHead,
+                                 rows: int = 1024) -> None:
+    """Refuse unless ``head(hidden)`` (with its softcap) equals the model's own logits; compared
+    ``rows`` positions at a time, so the check holds no float32 copy of the whole logits."""
     with torch.no_grad():
-        mine = torch.nn.functional.linear(hidden, head.weight, head.bias).float()
-        if head.softcap is not None:
-            mine = head.softcap * torch.tanh(mine / head.softcap)
-        theirs = logits.float()
         tol = 1e-4 if logits.dtype == torch.float32 else 3e-2
-        if mine.shape != theirs.shape or not torch.allclose(mine, theirs, rtol=tol, atol=tol * 10):
-            worst = float((mine - theirs).abs().max()) if mine.shape == theirs.shape else float("nan")
+        mine_shape = (*hidden.shape[:-1], head.weight.shape[0])
+        worst, same = float("nan"), mine_shape == tuple(logits.shape)
+        if same:
+            flat_hidden, flat_logits = hidden.reshape(-1, hidden.shape[-1]), logits.reshape(-1, logits.shape[-1])
+            worst = 0.0
+            for first in range(0, flat_hidden.shape[0], rows):
+                mine = torch.nn.functional.linear(flat_hidden[first:first + rows], head.weight, head.bias).float()
+                if head.softcap is not None:
+                    mine = head.softcap * torch.tanh(mine / head.softcap)
+                theirs = flat_logits[first:first + rows].float()
+                if not torch.allclose(mine, theirs, rtol=tol, atol=tol * 10):
+                    same = False
+                    worst = max(worst, float((mine - theirs).abs().max()))
+        if not same:
             raise FusedLossRefusedError(
                 "the model's logits are not its output head applied to its hidden states (max difference "
                 f"{worst:.3g}): something transforms them (scaling, extra heads, a non-linear head). The fused "

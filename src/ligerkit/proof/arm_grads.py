@@ -87,7 +87,8 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     truth_engine = load_engine(config, [*overrides, *LIGER_OFF, "model.dtype=float32"])
     dtype = resolve_dtype(load_engine(config, [*overrides, *LIGER_OFF]).config.model.dtype, device)
     model = truth_engine.setup_model(device).float()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # kept on the host: at 4B parameters a float32 copy on the GPU is 16 GiB the arms need
+    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     size = truth_engine.config.train.micro_batch_size
     losses32 = [gradients(model, recipe_loss(truth_engine, device, i * size))[0] for i in range(calls - 1)]
     reached: set[str] = set()

@@ -1,0 +1,86 @@
+"""GPU: the longest sequence each arm trains at, batch 1 (``ligerkit.proof.context_sweep``).
+
+Per arm, sequence lengths double from ``--start`` until a run does not fit (out of memory, or refused
+by the footprint check), then are bisected until the longest fit and the shortest miss are within
+``--precision``. Every trial is one ``ligerkit train`` process of ``--steps`` steps (the second step
+holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
+finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited
+command (``--deadline`` seconds: no trial starts after it).
+
+    python benchmarks/context_sweep_gpu.py --out $OUT/context.jsonl [--recipe qwen3] \
+        [--arms eager,liger,liger_fused] [--start 4096] [--limit 1048576] [--deadline 540]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ligerkit.proof.arms import ArmFailedError, default_runner, resolve_config, summarize
+from ligerkit.proof.bench import arm_overrides
+from ligerkit.proof.context_sweep import Trial, does_not_fit, next_length, summary, to_markdown
+
+
+def length_lines(seq_len: int) -> list[str]:
+    """The overrides of one trial: one sample of ``seq_len`` generated tokens, positions that reach it."""
+    return ["data.kind=synthetic", f"data.seq_len={seq_len}", "data.pad_every=0", "train.global_batch_size=1",
+            "train.micro_batch_size=1", f"model.config.max_position_embeddings={max(seq_len, 40960)}"]
+
+
+def run_trial(config: Path, arm: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
+    """One arm at one length: fits (with its peak memory and tokens/s) or not (with why)."""
+    try:
+        run = default_runner()(config, arm_overrides(arm, [*extra, *length_lines(seq_len)], steps))
+    except ArmFailedError as exc:
+        why = does_not_fit(str(exc))
+        if why is None:
+            raise
+        return Trial(arm, seq_len, False, why)
+    row = summarize(run, min(1, steps - 1))
+    return Trial(arm, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSONL of trials (appended; resumed from)")
+    parser.add_argument("--recipe", default="qwen3", help="recipe or config (default: qwen3's gpu.yaml)")
+    parser.add_argument("--arms", default="eager,liger,liger_fused")
+    parser.add_argument("--start", type=int, default=4096)
+    parser.add_argument("--limit", type=int, default=1 << 20)
+    parser.add_argument("--precision", type=float, default=0.10)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--deadline", type=float, default=540, help="seconds after which no trial starts")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    began = time.monotonic()
+    config = resolve_config(args.recipe)
+    out = Path(args.out)
+    trials = [Trial(**json.loads(line)) for line in out.read_text().splitlines() if line.strip()] \
+        if out.exists() else []
+    arms = args.arms.split(",")
+    done = True
+    for arm in arms:
+        while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
+                                     args.precision)) is not None:
+            if time.monotonic() - began > args.deadline:
+                done = False
+                break
+            t0 = time.monotonic()
+            trial = run_trial(config, arm, length, args.steps, args.set)
+            trials.append(trial)
+            with out.open("a") as f:
+                f.write(json.dumps(trial.to_dict()) + "\n")
+            print(f"{arm} {length}: {'fits' if trial.fits else trial.reason} ({time.monotonic() - t0:.0f} s)",
+                  flush=True)
+        if not done:
+            break
+    result = summary(trials, arms)
+    out.with_suffix(".summary.json").write_text(json.dumps({"complete": done, "arms": result}, indent=2))
+    print(to_markdown(result))
+    print("complete" if done else "stopped at the deadline: rerun the same command to continue")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The longest sequence each arm trains at: lengths doubled from a start until a run does not fit,
+then bisected (geometrically) until the longest fit and the shortest miss are within a precision.
+
+A run that does not fit is a result, not a crash: the trial records why (the allocator's
+out-of-memory error, or the footprint check's refusal before anything was allocated). The search is
+pure (:func:`next_length` reads the trials so far), so a sweep that stops at a time limit resumes
+from its recorded trials.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ligerkit.errors import LigerKitError
+
+OUT_OF_MEMORY_MARKS = ("out of memory", "outofmemoryerror")
+"""Lower-case text whose presence in a failed run's error output means the allocator ran out."""
+
+REFUSED_MARKS = ("this config needs at least",)
+"""Lower-case text of the footprint check's refusal (``ligerkit.train.footprint``): too big before any
+allocation."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of one arm at one sequence length."""
+
+    arm: str
+    seq_len: int
+    fits: bool
+    reason: str = ""
+    peak_mem_gib: float | None = None
+    tokens_per_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trial as a JSON object (one line of the sweep's record)."""
+        return asdict(self)
+
+
+def does_not_fit(error_text: str) -> str | None:
+    """Why a failed run did not fit (``"out of memory"``, ``"refused by the footprint check"``), or
+    ``None`` when it failed for another reason (a bug, which a sweep must not record as a size)."""
+    low = error_text.lower()
+    if any(mark in low for mark in OUT_OF_MEMORY_MARKS):
+        return "out of memory"
+    if any(mark in low for mark in REFUSED_MARKS):
+        return "refused by the footprint check"
+    return None
+
+
+def bounds(trials: Sequence[Trial]) -> tuple[int | None, int | None]:
+    """``(longest fit, shortest miss above it)``; either is ``None`` when no trial gives it."""
+    fits = [t.seq_len for t in trials if t.fits]
+    longest = max(fits, default=None)
+    misses = [t.seq_len for t in trials if not t.fits and (longest is None or t.seq_len > longest)]
+    return longest, min(misses, default=None)
+
+
+def next_length(trials: Sequence[Trial], start: int, limit: int, precision: float = 0.10,
+                multiple: int = 256) -> int | None:
+    """The next length to try, or ``None`` when the search is done.
+
+    Doubles from ``start`` while every run fits (up to ``limit``, the longest length the sweep may
+    try); after the first miss, tries the geometric middle of the longest fit and the shortest miss,
+    rounded to ``multiple``, until they are within ``precision`` of each other (or no multiple lies
+    between them). Nothing fitting even at ``start`` ends the search.
+    """
+    if start <= 0 or limit < start or multiple <= 0 or not 0 < precision < 1:
+        raise LigerKitError(f"the context sweep needs 0 < start <= limit and 0 < precision < 1 (start {start}, "
+                            f"limit {limit}, precision {precision}, multiple {multiple})")
+    longest, miss = bounds(trials)
+    tried = {t.seq_len for t in trials}
+    if longest is None:
+        return None if start in tried else start
+    if miss is None:
+        doubled = min(longest * 2, limit)
+        return None if doubled <= longest or doubled in tried else doubled
+    if miss <= longest * (1 + precision):
+        return None
+    middle = round(math.sqrt(longest * miss) / multiple) * multiple
+    if not longest < middle < miss:
+        middle = (longest + miss) // 2 // multiple * multiple
+    return middle if longest < middle < miss and middle not in tried else None
+
+
+def summary(trials: Sequence[Trial], arms: Sequence[str], reference: str = "eager") -> dict[str, Any]:
+    """Per arm: the longest length that fit, the shortest that did not, its peak memory and tokens/s
+    there, and the longest fit as a multiple of ``reference``'s."""
+    out: dict[str, Any] = {}
+    for arm in arms:
+        mine = [t for t in trials if t.arm == arm]
+        longest, miss = bounds(mine)
+        at = next((t for t in mine if t.fits and t.seq_len == longest), None)
+        out[arm] = {"longest_fit": longest, "shortest_miss": miss, "trials": len(mine),
+                    "peak_mem_gib": at.peak_mem_gib if at else None, "tokens_per_s": at.tokens_per_s if at else None,
+                    "miss_reason": next((t.reason for t in mine if not t.fits and t.seq_len == miss), None)}
+    base = out.get(reference, {}).get("longest_fit")
+    for row in out.values():
+        row["vs_" + reference] = round(row["longest_fit"] / base, 3) if base and row["longest_fit"] else None
+    return out
+
+
+def to_markdown(result: dict[str, Any], reference: str = "eager") -> str:
+    """The sweep's table: one row per arm."""
+    lines = [f"| arm | longest that fits | vs {reference} | shortest that did not | why | peak GiB at the longest "
+             "| tokens/s there |", "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for arm, row in result.items():
+        def num(value: Any, fmt: str = "{}") -> str:
+            return "-" if value is None else fmt.format(value)
+        lines.append(f"| {arm} | {num(row['longest_fit'])} | {num(row['vs_' + reference], '{:.2f}x')} "
+                     f"| {num(row['shortest_miss'])} | {row['miss_reason'] or '-'} "
+                     f"| {num(row['peak_mem_gib'], '{:.1f}')} | {num(row['tokens_per_s'], '{:,.0f}')} |")
+    return "\n".join(lines)
