@@ -14,10 +14,12 @@ relative error exceeds 2 x eager's + 0.01.
 
 - loss path: each recipe's standard loss (Liger off) against the fused loss path (Liger off too),
   so only the loss path differs;
+- training modes: each recipe with LoRA (r=16, every linear layer but the head), with activation
+  checkpointing, and with both: every trainable tensor, Liger on vs off against float32;
 - ``--ablate FAMILY``: the family's suggested map one key at a time (which kernel moves a failing
   tensor).
 
-    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2|loss_path] [--ablate FAMILY]
+    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2|loss_path|training_modes] [--ablate FAMILY]
     python benchmarks/grad_parity_gpu.py --markdown grads.json      # the tables of docs/benchmarks.md
 """
 
@@ -86,6 +88,29 @@ def loss_path() -> list[dict]:
         for name in ("qwen3", "custom_lm", "composite_vlm")]
 
 
+TRAINING_MODES = {"lora": ("train.lora={rank: 16, alpha: 32}",),
+                  "recompute": ("train.activation_checkpointing=true",),
+                  "lora + recompute": ("train.lora={rank: 16, alpha: 32}", "train.activation_checkpointing=true")}
+"""The trainer's options whose gradients are proven on every recipe: every arm (float32, eager, Liger)
+trains the same way; LoRA's B factors start non-zero in the proof, so every adapter gets a gradient."""
+
+
+def training_modes() -> list[dict]:
+    from ligerkit.proof.recipe_grads import LIGER_ON, recipe_grad_parity
+
+    rows = []
+    for mode, lines in TRAINING_MODES.items():
+        for name in RECIPES:
+            config = ROOT / "recipes" / name / "configs" / "gpu.yaml"
+            rows.append(_row(f"{name}: {mode}", lambda config=config, lines=lines: _parity(recipe_grad_parity(
+                config, list(lines), torch.device("cuda")))))
+            if mode == "lora" and name == "qwen3":  # the fused loss with adapters: Liger's swaps + fused
+                rows.append(_row(f"{name}: {mode}, Liger + fused loss", lambda config=config, lines=lines: _parity(
+                    recipe_grad_parity(config, list(lines), torch.device("cuda"),
+                                       patched_overrides=(*LIGER_ON, "train.loss.path=fused")))))
+    return rows
+
+
 def ablate(family: str) -> list[dict]:
     from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
     from ligerkit.suggest import suggest
@@ -152,7 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", metavar="JSON", help="print the tables of a result file and exit")
     parser.add_argument("--out")
-    parser.add_argument("--only", choices=("recipes", "families", "olmo2", "loss_path"))
+    parser.add_argument("--only", choices=("recipes", "families", "olmo2", "loss_path", "training_modes"))
     parser.add_argument("--ablate", metavar="FAMILY")
     args = parser.parse_args()
     if args.markdown:
@@ -160,7 +185,8 @@ def main() -> None:
         return
     if not args.out:
         parser.error("--out is required to measure")
-    parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm, "loss_path": loss_path}
+    parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm, "loss_path": loss_path,
+             "training_modes": training_modes}
     chosen = [args.only] if args.only else list(parts)
     if args.ablate:
         parts["ablate"] = lambda: ablate(args.ablate)

@@ -75,7 +75,9 @@ def test_smoke_writes_json_and_a_png(tmp_path):
     assert [f.name for f in files] == ["smoke.json", "smoke.png"]
     assert json.loads(files[0].read_text())["passed"] is True
     assert files[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| 1 | 4.0000 | 4.0000 |" in result.table()
+    table = result.table().splitlines()
+    assert table[2].startswith("| 1 | 5.0000 | 5.0000 |")  # steps count from 1, as the log and the plot
+    assert table[3].startswith("| 2 | 4.0000 | 4.0000 |") and len(table) == 4
 
 
 def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):

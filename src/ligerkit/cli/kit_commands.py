@@ -228,6 +228,8 @@ def check(
             for plan in result.plans:
                 out.print(f"\n== {plan.config}: Liger {'on' if plan.liger_enabled else 'off'} ==", markup=False)
                 out.print(f"loss path: {plan.loss_path}", markup=False, soft_wrap=True)
+                if plan.training is not None:
+                    out.print(f"training: {plan.training}", markup=False, soft_wrap=True)
                 if plan.report is not None and plan.scan is not None:
                     render_report(plan.report, out)
                     render_scan(plan.scan, plan.model_class or "?", plan.config, len(plan.report.unproven))

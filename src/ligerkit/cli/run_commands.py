@@ -201,7 +201,7 @@ def bench(
         help="Config override for the gradient check alone, after --set (repeat for several), e.g. "
              "--grad-set data.seq_len=1024 where a float32 copy of the model does not fit at the training "
              "length; bench.md says what the check ran with.")] = None,
-    out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json and bench.md.")
+    out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json, bench.md and bench.png.")
                        ] = "runs/bench",
     as_json: JsonOpt = False,
 ) -> None:

@@ -41,6 +41,12 @@ def output_head(model: nn.Module) -> OutputHead:
                 "loss. Set train.loss.path: standard for this model."
             )
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and (hasattr(head, "lora_A") or hasattr(head, "base_layer")):
+        raise FusedLossRefusedError(
+            f"the output head carries an adapter ({type(head).__module__}.{type(head).__name__}); the fused loss "
+            "multiplies the hidden states by the head's weight itself and would leave the adapter out. Leave the "
+            "head out of train.lora.target_modules (all-linear does), or set train.loss.path: standard."
+        )
     if not isinstance(head, nn.Linear):
         raise FusedLossRefusedError(
             f"the output head is {type(head).__name__}, not an nn.Linear; the fused path needs a linear head. "

@@ -22,6 +22,7 @@ from torch._dynamo.utils import counters
 from ligerkit.loss import valid_tokens
 from ligerkit.probe.tolerance import relative_error
 from ligerkit.proof.grads import gradients
+from ligerkit.train.adapters import perturb_zero_adapters
 from ligerkit.train.compile import compile_layers, reset_compiled
 from ligerkit.train.loading import load_engine
 from ligerkit.train.models import resolve_dtype
@@ -87,6 +88,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     truth_engine = load_engine(config, [*overrides, *LIGER_OFF, "model.dtype=float32"])
     dtype = resolve_dtype(load_engine(config, [*overrides, *LIGER_OFF]).config.model.dtype, device)
     model = truth_engine.setup_model(device).float()
+    perturb_zero_adapters(model)  # LoRA's B starts at zero: every A gradient would be zero
     # kept on the host: at 4B parameters a float32 copy on the GPU is 16 GiB the arms need
     state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     size = truth_engine.config.train.micro_batch_size

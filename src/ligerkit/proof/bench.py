@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ligerkit.proof.recommend import (
     check_gradients,
     gradient_arms,
     recommend,
+    training_lines,
 )
 from ligerkit.train.arms import ARMS, DEFAULT_ARMS, is_compiled
 from ligerkit.train.config import ConfigError, load_recipe_config
@@ -144,6 +146,8 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     # median of the per-round ratios, the figure the table shows, not a ratio of median speeds
     pick = recommend({a: r["tokens_per_s_vs_eager"] for a, r in results.items()},
                      {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks)
+    pick = replace(pick, kept_lines=training_lines(load_recipe_config(config, arm_overrides(arms[0], overrides,
+                                                                                             steps)).train))
     return {**head, "complete": True,
             "gradients": None if checks is None else {
                 "tolerance": {"factor": grad_tolerance.factor, "slack": grad_tolerance.slack},

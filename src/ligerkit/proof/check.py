@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ligerkit.train.config import load_recipe_config
+from ligerkit.train.adapters import training_line
 from ligerkit.train.config import RecipeConfig
 from ligerkit.train.loading import SHIPPED_RECIPES, Recipe, load_recipe, named_recipe, shipped_names
 from ligerkit.errors import LigerKitError
@@ -34,6 +35,7 @@ class ConfigPlan:
     scan: ScanResult | None = None
     model_class: str | None = None
     loss_path: str | None = None
+    training: str | None = None
 
 
 @dataclass
@@ -57,7 +59,7 @@ class CheckResult:
             "problems": self.problems,
             "plans": [
                 {"config": p.config, "liger_enabled": p.liger_enabled, "model_class": p.model_class,
-                 "loss_path": p.loss_path,
+                 "loss_path": p.loss_path, "training": p.training,
                  "report": p.report.to_dict() if p.report else None,
                  "scan": p.scan.to_dict() if p.scan else None}
                 for p in self.plans
@@ -137,6 +139,7 @@ def _plan_config(recipe: Recipe, config: RecipeConfig, plan: ConfigPlan) -> str 
         plan.loss_path = engine.loss_path()
         model = engine.setup_model(torch.device("meta"))
         plan.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
+        plan.training = training_line(model, config.train)
         if plan.liger_enabled:
             plan.report, plan.scan = engine.liger_kit.report, engine.scan
             if plan.scan is not None and plan.scan.unused:

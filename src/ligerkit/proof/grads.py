@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ligerkit.probe.tolerance import GradTolerance, relative_error
+from ligerkit.train.adapters import perturb_zero_adapters
 
 Build = Callable[[], nn.Module]
 Loss = Callable[[nn.Module], torch.Tensor]
@@ -196,6 +197,7 @@ def grad_parity(build: Build, loss: Loss, patched: Callable[[], AbstractContextM
     """
     tolerance = tolerance or GradTolerance()
     truth_model = build().float()
+    perturb_zero_adapters(truth_model)  # LoRA's B starts at zero: every A gradient would be zero
     state = {k: v.detach().clone() for k, v in truth_model.state_dict().items()}
     reached: set[str] = set()
     loss32, truth = gradients(truth_model, loss, reached)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ligerkit.probe.tolerance import GradTolerance
 from ligerkit.train.arms import ARMS, REFERENCE_ARM, config_lines, is_compiled
+from ligerkit.train.config import TrainConfig
 
 COMPILED_REFERENCE = "compile"
 """The reference arm of every compiled arm but itself."""
@@ -93,13 +94,14 @@ class Recommendation:
     verdicts: tuple[ArmVerdict, ...]
     config_lines: tuple[str, ...] = field(default=())
     equivalent_lines: tuple[str, ...] = field(default=())
+    kept_lines: tuple[str, ...] = field(default=())  # how the config trains, which every arm ran with
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``bench.json``'s ``recommendation``)."""
         return {"arm": self.arm, "reason": self.reason, "tokens_per_s_vs_eager": self.tokens_per_s_vs_eager,
                 "loss_tolerance": self.loss_tolerance, "grads_checked": self.grads_checked,
                 "config_lines": list(self.config_lines), "equivalent_lines": list(self.equivalent_lines),
-                "verdicts": {v.arm: {**asdict(v), "passed": v.passed} for v in self.verdicts}}
+                "kept_lines": list(self.kept_lines), "verdicts": {v.arm: {**asdict(v), "passed": v.passed} for v in self.verdicts}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Recommendation:
@@ -107,7 +109,8 @@ class Recommendation:
         verdicts = tuple(ArmVerdict(**{k: v[k] for k in ArmVerdict.__dataclass_fields__})
                          for v in data["verdicts"].values())
         return cls(data["arm"], data["reason"], data["tokens_per_s_vs_eager"], data["loss_tolerance"],
-                   data["grads_checked"], verdicts, tuple(data["config_lines"]), tuple(data["equivalent_lines"]))
+                   data["grads_checked"], verdicts, tuple(data["config_lines"]), tuple(data["equivalent_lines"]),
+                   tuple(data.get("kept_lines", ())))
 
     def lines(self) -> list[str]:
         """What ``ligerkit bench`` prints last: the arm, its speed, why, and the lines that select it."""
@@ -118,6 +121,9 @@ class Recommendation:
                 *(f"    {line}" for line in self.config_lines),
                 "  or with the equivalent explicit lines:", *(f"    {line}" for line in self.equivalent_lines),
                 f"  (on the command line: --set train.arm={self.arm})"]
+        if self.kept_lines:
+            out += ["  Every arm trained as the config does; keep these lines:",
+                    *(f"    {line}" for line in self.kept_lines)]
         return out
 
     def markdown(self) -> str:
@@ -134,7 +140,25 @@ class Recommendation:
         select = (f"Select it in a recipe config with {' '.join(f'`{line}`' for line in self.config_lines)} "
                   f"(`--set train.arm={self.arm}`), or with the equivalent explicit lines "
                   f"{', '.join(f'`{line}`' for line in self.equivalent_lines)}.")
+        if self.kept_lines:
+            select += (" Every arm trained as the config does; keep "
+                       + ", ".join(f"`{line}`" for line in self.kept_lines) + ".")
         return "\n\n".join([*head, select, "\n".join(rows)])
+
+
+def training_lines(train: TrainConfig) -> tuple[str, ...]:
+    """The config lines that set how a config trains beyond its arm (LoRA, activation checkpointing):
+    every bench arm ran with them, so the recommendation holds only with them kept."""
+    lines = []
+    if train.lora is not None:
+        lora = train.lora
+        targets = lora.target_modules if isinstance(lora.target_modules, str) else "[" + ", ".join(
+            lora.target_modules) + "]"
+        lines.append(f"train.lora: {{rank: {lora.rank}, alpha: {lora.alpha:g}, dropout: {lora.dropout:g}, "
+                     f"target_modules: {targets}}}")
+    if train.activation_checkpointing:
+        lines.append("train.activation_checkpointing: true")
+    return tuple(lines)
 
 
 def reference_of(arm: str) -> str:

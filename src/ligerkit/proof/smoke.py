@@ -77,11 +77,12 @@ class SmokeResult:
                 "off": self.off, "on": self.on}
 
     def table(self) -> str:
-        """Markdown table, one row per step."""
+        """Markdown table, one row per step; steps count from 1, as the trainer's log, metrics.jsonl
+        and smoke.png do."""
         rows = ["| step | loss off | loss on | gap | grad norm off | grad norm on |",
                 "| ---: | ---: | ---: | ---: | ---: | ---: |"]
         for i, (a, b, ga, gb) in enumerate(zip(self.off["losses"], self.on["losses"], self.off["grad_norms"],
-                                               self.on["grad_norms"], strict=True)):
+                                               self.on["grad_norms"], strict=True), start=1):
             rows.append(f"| {i} | {a:.4f} | {b:.4f} | {abs(a - b):.2e} | {ga:.3f} | {gb:.3f} |")
         return "\n".join(rows)
 

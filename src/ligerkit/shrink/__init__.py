@@ -24,7 +24,11 @@ three layers dense keeps no MoE layer in two. The copies made here keep what the
 - the vocabulary shrinks (special token ids moved inside it, unset image placeholders given one),
   a default config's vision or audio tower hands the text model its own width,
   sliding windows fall below the probe sequence, images shrink to a few patches per side with the
-  per-image token counts that fit them.
+  per-image token counts that fit them (sizes as ints or (height, width) pairs, crop sizes, video
+  tubelets), video clips to two tubelets, a backbone's stages and output features with its layers;
+- relations only the built model shows (:mod:`ligerkit.shrink.relations`): rotary sections fitted to
+  the frequencies a rotary module holds (where they misfit at the config's own widths), axial position
+  widths adding up to the hidden size and a shape short enough to be the probe sequence.
 
 Nothing here knows a family by name: every rule is keyed on config attribute names.
 """
@@ -43,16 +47,18 @@ from ligerkit.shrink.parts import (
     matched_towers,
     placeholder_tokens,
     shallow_stages,
+    short_clips,
     short_windows,
     small_images,
     small_vocabulary,
     special_token_ids,
 )
+from ligerkit.shrink.relations import axial_length, axial_positions, fitted_sections, sections_misfit
 from ligerkit.shrink.repair import repaired_config
 from ligerkit.shrink.tree import _DEPTH, _get, config_tree, divide_widths, width_shift
 
-__all__ = ["config_tree", "iter_whole_model_configs", "layer_types", "repaired_config", "special_token_ids",
-           "whole_model_configs"]
+__all__ = ["axial_length", "config_tree", "iter_whole_model_configs", "layer_types", "repaired_config",
+           "special_token_ids", "whole_model_configs"]
 
 BuildError = Callable[[Any], BaseException | None]
 
@@ -70,7 +76,10 @@ def whole_model_configs(config: Any, given: bool = False, build: Callable[[Any],
     own image size; then the family's own widths with the same depth, expert and vocabulary
     reductions. A config the caller gave (``given=True``) is honoured first at its own widths (fewer
     layers, every type kept, few experts), then the small-width copies. Copies equal to an earlier
-    one are left out. A default config that does not build (``error``: its build error, ``None``
+    one are left out. Every copy keeps axial position embeddings consistent (widths adding up to the
+    hidden size, a short shape) and, with small images, few video frames; where the config's rotary
+    sections misfit its rotary dims even at its own widths, each copy's sections are fitted to them
+    (:mod:`ligerkit.shrink.relations`), the label then saying so. A default config that does not build (``error``: its build error, ``None``
     when it builds) is repaired first where that derives what it lacks (:func:`repaired_config`),
     each label then ending with what the repair set; a given config is never repaired.
     """
@@ -88,6 +97,7 @@ def iter_whole_model_configs(config: Any, given: bool = False, build: Callable[[
     if not given:
         plans = [*plans[1:], ("own widths", None, False)]
     made: list[Any] = []
+    fit: bool | None = None  # rotary sections are fitted only where they misfit at the config's own widths
     for label, head_dims, images in plans:
         try:
             shrunk = copy.deepcopy(config)
@@ -101,22 +111,28 @@ def iter_whole_model_configs(config: Any, given: bool = False, build: Callable[[
         placeholder_tokens(shrunk)
         short_windows(shrunk)
         shallow_stages(shrunk)
+        axial_positions(shrunk)
         if images:
             small_images(shrunk)
+            short_clips(shrunk)
         if not given:
             matched_towers(shrunk)
         if any(_same(shrunk, other) for other in made):
             continue  # e.g. no image to shrink: the copy with the config's own images is the same
         made.append(copy.deepcopy(shrunk))
         shrunk = shallow(shrunk, build)
-        yield _label(label, shift, shrunk, notes), shrunk
+        if fit is None:
+            fit = sections_misfit(config, build)
+        shrunk, fitted = fitted_sections(shrunk, build) if fit else (shrunk, False)
+        yield _label(label, shift, shrunk, notes, fitted), shrunk
 
 
-def _label(label: str, shift: int, config: Any, notes: Sequence[str] = ()) -> str:
+def _label(label: str, shift: int, config: Any, notes: Sequence[str] = (), fitted: bool = False) -> str:
     depths = sorted({_get(n, k) for n in config_tree(config) for k in _DEPTH
                      if isinstance(_get(n, k), int) and not isinstance(_get(n, k), bool)})
     details = [f"widths / {1 << shift}" if shift else "", f"{'/'.join(map(str, depths))} layers" if depths else "",
-               f"default repaired: {', '.join(notes)}" if notes else ""]
+               f"default repaired: {', '.join(notes)}" if notes else "",
+               "rope sections fitted to the rotary dims" if fitted else ""]
     details = [d for d in details if d]
     return f"{label} ({', '.join(details)})" if details else label
 

@@ -112,6 +112,34 @@ def _cut(node: Any, keep: list[int], depth: int, names: list[str]) -> None:
         _set(node, name, sum(_in_region(i, depth, kind, value) for i in keep))
     for name in names:
         _set(node, name, len(keep))
+    _cut_stages(node, keep, depth)
+
+
+def _cut_stages(node: Any, keep: list[int], depth: int) -> None:
+    """A backbone's stages (``stage_names``: a stem, then one per layer) cut to the kept layers, and
+    its output features moved with them: a feature of a dropped layer is taken from the nearest kept
+    layer below it (the stem stays the stem), so a backbone still returns feature maps."""
+    stages = _get(node, "stage_names")
+    if not (isinstance(stages, list) and len(stages) == depth + 1 and all(isinstance(n, str) for n in stages)):
+        return
+    wanted = _get(node, "out_features")
+    new = stages[: len(keep) + 1]
+
+    def moved(name: str) -> str:
+        layer = stages.index(name) - 1
+        if layer < 0:
+            return new[0]
+        below = [pos for pos, kept in enumerate(keep) if kept <= layer]
+        return new[(below[-1] if below else 0) + 1]
+
+    features = list(dict.fromkeys(moved(n) for n in wanted if n in stages)) if isinstance(wanted, list) else None
+    _set(node, "stage_names", new)
+    setter = getattr(node, "set_output_features_output_indices", None)
+    if callable(setter) and features is not None:
+        try:
+            setter(out_features=[f for f in new if f in features], out_indices=None)
+        except Exception:  # noqa: BLE001 - a backbone that refuses them keeps its own
+            pass
 
 
 def _distinct_layers(node: Any, depth: int, names: list[str]) -> list[int]:

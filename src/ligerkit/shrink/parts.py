@@ -168,27 +168,85 @@ def merge_factor(config: Any) -> int:
     return factor
 
 
+_SIZE_NAMES = ("image_size", "crop_size", "img_size")
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    """An int or a pair of ints (height, width) as a pair; ``None`` for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        return value[0], value[1]
+    return None
+
+
+def _patch(node: Any) -> tuple[int, int] | None:
+    """A vision config's patch (height, width): ``patch_size`` (an int or a pair), else the spatial part
+    of a video ``tubelet_size`` (time, height, width)."""
+    patch = _pair(_get(node, "patch_size"))
+    if patch is not None:
+        return patch
+    tubelet = _get(node, "tubelet_size")
+    if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3:
+        return _pair(list(tubelet[1:]))
+    return None
+
+
+def _like(old: Any, pair: tuple[int, int]) -> Any:
+    """``pair`` in the form of ``old``: an int for an int, else a list or tuple as ``old`` is."""
+    if isinstance(old, int):
+        return pair[0]
+    return type(old)(pair)
+
+
 def small_images(config: Any, per_side: int = 4) -> bool:
     """Images of a few patches per side (the count divided by a power of two, at least ``per_side``; a
     multiple of :func:`merge_factor`, raised to the next one where a default grid is not), and per-image
-    token counts (squares pooled from the patch grid) that fit the new grid. In place; ``True`` when
-    anything changed."""
+    token counts (squares pooled from the patch grid) that fit the new grid. An image size may be an
+    int or a (height, width) pair, named ``image_size`` or ``crop_size``; a patch may be ``patch_size``
+    or a video tubelet's spatial part. In place; ``True`` when anything changed."""
     changed = False
     merge = merge_factor(config)
     for node in config_tree(config):
-        size, patch = _get(node, "image_size"), _get(node, "patch_size")
-        if not (isinstance(size, int) and isinstance(patch, int) and patch > 0 and size % patch == 0):
+        name = next((n for n in _SIZE_NAMES if _pair(_get(node, n)) is not None), None)
+        size, patch = (_pair(_get(node, name)), _patch(node)) if name else (None, None)
+        if size is None or patch is None or size[0] % patch[0] or size[1] % patch[1]:
             continue
-        patches = size // patch
+        grid = (size[0] // patch[0], size[1] // patch[1])
         shift = 0
-        while patches % (2 << shift) == 0 and patches >> (shift + 1) >= per_side and \
-                (patches >> (shift + 1)) % merge == 0:
+        while all(p % (2 << shift) == 0 and p >> (shift + 1) >= per_side and (p >> (shift + 1)) % merge == 0
+                  for p in grid):
             shift += 1
-        new = -(-(patches >> shift) // merge) * merge
-        if new != patches:
-            _set(node, "image_size", new * patch)
+        new = tuple(-(-(p >> shift) // merge) * merge for p in grid)
+        if new != grid:
+            _set(node, name, _like(_get(node, name), (new[0] * patch[0], new[1] * patch[1])))
             changed = True
-        changed |= _pooled_tokens(config, patches, new)
+        if grid[0] == grid[1]:
+            changed |= _pooled_tokens(config, grid[0], new[0])
+    return changed
+
+
+_FRAME_COUNTS = ("num_frames", "frames_per_clip")
+
+
+def short_clips(config: Any, clips: int = 2) -> bool:
+    """Video frame counts (``num_frames``, ``frames_per_clip`` of a config that also has an image size)
+    cut to ``clips`` temporal tubelets (``tubelet_size``'s time part, else one frame each), so a video
+    probe holds a few frames; in place, ``True`` when anything changed."""
+    changed = False
+    for node in config_tree(config):
+        if not any(_pair(_get(node, n)) is not None for n in _SIZE_NAMES):
+            continue
+        tubelet = _get(node, "tubelet_size")
+        step = tubelet[0] if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 else \
+            tubelet if isinstance(tubelet, int) and not isinstance(tubelet, bool) else 1
+        want = max(1, clips * step)
+        for name in _FRAME_COUNTS:
+            value = _get(node, name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > want and value % step == 0:
+                _set(node, name, want)
+                changed = True
     return changed
 
 

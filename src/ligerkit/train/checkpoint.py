@@ -68,9 +68,38 @@ def latest(run: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _options(loading: bool = False) -> Any:
+    """What a checkpoint holds of the model: its trainable weights (frozen ones, a LoRA base for one, are
+    rebuilt by the run and checked against ``frozen_sha256`` instead of being saved). Loading sets exactly
+    the keys it read (DCP refuses a checkpoint that lacks one), so the frozen ones are not asked for."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=True, strict=not loading)
+
+
+def check_frozen(checkpoint: Path, meta: dict[str, Any], frozen: str | None) -> None:
+    """Refuse a checkpoint whose frozen weights were not this model's: its ``frozen_sha256`` must equal
+    ``frozen`` (:func:`ligerkit.train.adapters.frozen_fingerprint` of the model about to load it)."""
+    saved = meta.get("frozen_sha256")
+    if saved == frozen:
+        return
+    if saved is None:
+        why = ("was saved by a run that trained every weight, and this model has frozen weights (train.lora?); "
+               "start from it with the same train.lora setting it was trained with")
+    elif frozen is None:
+        why = ("holds only the trainable weights of a run with frozen ones (LoRA adapters?), and this model trains "
+               "every weight; use the config it was trained with (its train.lora)")
+    else:
+        why = ("was trained on other frozen weights (another base model: its hash "
+               f"{saved[:12]}..., this model's {frozen[:12]}...); adapters only fit the base they were trained "
+               "on: build the same base (model.pretrained_path / model.config / seed)")
+    raise CheckpointError(f"{checkpoint} {why}", checkpoint / manifest.META)
+
+
 def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv,
-         keep: int) -> Path:
-    """Write the checkpoint after ``step`` steps on every rank; keep the newest ``keep``; return its folder."""
+         keep: int, frozen: str | None = None) -> Path:
+    """Write the checkpoint after ``step`` steps on every rank; keep the newest ``keep``; return its folder.
+    ``frozen`` is the hash of the model's frozen weights (none saved), recorded as ``frozen_sha256``."""
     import torch.distributed.checkpoint as dcp  # slow to import: only when a run saves
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -83,7 +112,7 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
         shutil.rmtree(partial, ignore_errors=True)  # a save that was killed before
         partial.mkdir(parents=True)
     _barrier(env)
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=_options())
     with safe_load.single_process_quiet():
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
     write_rng(partial / file_name(env.rank))
@@ -94,6 +123,8 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
         files = manifest.gather(partial, env.world_size)
         meta = {"format": FORMAT, "step": step, "world_size": env.world_size,
                 "save_seconds": round(time.perf_counter() - began, 3), "files": files}
+        if frozen is not None:
+            meta["frozen_sha256"] = frozen
         (partial / manifest.META).write_text(json.dumps(meta, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
@@ -188,19 +219,23 @@ def usable(run: Path, env: DistEnv) -> Path:
                           "--resume", Path(skipped[0][0]))
 
 
-def load(checkpoint: Path, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv) -> int:
+def load(checkpoint: Path, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv,
+         frozen: str | None = None) -> int:
     """Load a checkpoint into ``model`` and ``optimizer`` (resharded to this world size) through the
     restricted loaders; return the steps it holds. The random streams come back when the world size is
-    the one that saved it. Call :func:`usable` first: it checks every file, this only reads."""
+    the one that saved it; ``frozen`` must be the hash the checkpoint's frozen weights had
+    (:func:`check_frozen`). Call :func:`usable` first: it checks every file, this only reads."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     from ligerkit.train import safe_load  # imports DCP, slow: only when resuming
 
     meta = read_meta(checkpoint)
-    model_state, optim_state = get_state_dict(model, optimizer)
+    check_frozen(checkpoint, meta, frozen)
+    model_state, optim_state = get_state_dict(model, optimizer, options=_options())
     state = {"model": model_state, "optim": optim_state}
     safe_load.load_state(checkpoint, state)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=_options(loading=True))
     rng = _rng_file(checkpoint, meta, env)
     if rng is not None:
         set_rng_state(read_rng(rng))
@@ -221,15 +256,17 @@ def weights_source(path: Path, env: DistEnv) -> Path:
     return path
 
 
-def load_weights(checkpoint: Path, model: nn.Module) -> int:
-    """Only the model's weights of ``checkpoint``, through the restricted loaders (a new run starting
-    from them: no optimizer state, no random streams, step 0); returns the step they were saved at."""
+def load_weights(checkpoint: Path, model: nn.Module, frozen: str | None = None) -> int:
+    """Only the model's trainable weights of ``checkpoint``, through the restricted loaders (a new run
+    starting from them: no optimizer state, no random streams, step 0; ``frozen`` as for :func:`load`);
+    returns the step they were saved at."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     from ligerkit.train import safe_load  # imports DCP, slow: only when asked
 
     meta = read_meta(checkpoint)
-    state = {"model": get_model_state_dict(model)}
+    check_frozen(checkpoint, meta, frozen)
+    state = {"model": get_model_state_dict(model, options=_options())}
     safe_load.load_state(checkpoint, state)
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=_options(loading=True))
     return int(meta["step"])

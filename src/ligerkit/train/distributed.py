@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ligerkit.environment import accelerator
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -92,3 +94,17 @@ def from_main(value: object, env: DistEnv) -> object:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def pick_device(env: DistEnv) -> torch.device:
+    """The local accelerator for this rank, else the CPU."""
+    kind = accelerator()
+    return torch.device(kind, env.local_rank) if kind in ("cuda", "npu") else torch.device("cpu")
+
+
+def use_deterministic_algorithms() -> None:
+    """Make a run repeatable bit for bit: PyTorch's deterministic kernels (flash attention's backward
+    included) and a fixed cuBLAS workspace; an op with no deterministic kernel then raises. The Liger
+    kernels the recipes use reduce without atomics in liger-kernel 0.8.5."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)

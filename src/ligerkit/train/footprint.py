@@ -133,7 +133,8 @@ def estimate(config: RecipeConfig, model_config: Any, device: torch.device, worl
     logits = sum(rows * _get(p, "vocab") for p in text)
     shard = -(-params * size // world_size)
     per_rank = t.global_batch_size // max(world_size, 1)
-    return Footprint(params, dtype, shard, shard, 2 * shard, (saved + logits) * size,
+    trained = 0 if t.lora is not None else shard  # adapters: a lower bound leaves their few weights out
+    return Footprint(params, dtype, shard, trained, 2 * trained, (saved + logits) * size,
                      per_rank * ranks_on_host * seq * 8 * 3, per_rank, device.type, ranks_on_host)
 
 

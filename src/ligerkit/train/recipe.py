@@ -30,12 +30,14 @@ from ligerkit.errors import LigerKitError, LigerNeedsAcceleratorError
 from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
+from ligerkit.train.adapters import add_lora
 from ligerkit.train.checks import check_modules, check_paths, problems_of
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors
 from ligerkit.train.data import text_batch
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.footprint import Footprint, check_footprint
 from ligerkit.train.models import build_transformers_model, disable_kv_cache, transformers_config
+from ligerkit.train.recompute import recompute_layers
 
 Batch = dict[str, torch.Tensor]
 
@@ -171,7 +173,8 @@ class RecipeEngine:
 
     # ----- what the trainer runs ----------------------------------------------------------------
     def setup_model(self, device: torch.device) -> nn.Module:
-        """``prepare_model`` (apply, then build), then the scan, in this order, always."""
+        """``prepare_model`` (apply, then build), LoRA adapters (``train.lora``), then the scan, in this
+        order, always; then activation checkpointing per layer (``train.activation_checkpointing``)."""
         if self.liger_enabled and device.type == "cpu":
             raise LigerNeedsAcceleratorError(
                 f"model.liger_kernel.enabled is true, but {NEEDS_ACCELERATOR} "
@@ -182,8 +185,13 @@ class RecipeEngine:
         torch.manual_seed(self.config.seed)
         model = self.prepare_model(device)
         disable_kv_cache(model)  # a training step never reads a key/value cache
+        t = self.config.train
+        if t.lora is not None:  # before the scan, so the scan and its guard see the adapted model
+            add_lora(model, t.lora)
         if self.liger_enabled:
             self.scan = self.liger_kit.verify(model)
+        if t.activation_checkpointing:
+            recompute_layers(model, self.fsdp_units(model))
         self.model = model
         return model
 

@@ -138,12 +138,13 @@ def check_config(run: Path, now: dict[str, Any]) -> None:
         f"{', '.join(SAFE_TO_CHANGE)}), or start a new run from its newest checkpoint's weights: {init}")
 
 
-def init_weights(source: Path, model: Any, env: Any) -> None:
+def init_weights(source: Path, model: Any, env: Any, frozen: str | None = None) -> None:
     """``--init-from``: load the model weights of ``source`` (a run folder's newest intact checkpoint,
-    or one ``checkpoints/step_N``) into ``model``; optimizer and data start fresh."""
+    or one ``checkpoints/step_N``) into ``model``; optimizer and data start fresh. ``frozen`` is the hash
+    of the model's frozen weights, which the checkpoint's must equal."""
     found = weights_source(source, env)
     try:
-        step = load_weights(found, model)
+        step = load_weights(found, model, frozen)
     except CheckpointError as exc:
         raise CheckpointError(f"--init-from {found}: {exc} (is it a checkpoint of this config's model? Its shapes "
                               "must match)", exc.file) from exc

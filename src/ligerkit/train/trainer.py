@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +19,12 @@ from typing import IO, Any
 
 import torch
 
-from ligerkit.environment import accelerator
 from ligerkit.errors import LigerKitError
 from ligerkit.loss import valid_tokens
 from ligerkit.train import checkpoint, resume, run_dir
+from ligerkit.train.adapters import frozen_fingerprint, training_line
 from ligerkit.train import distributed as D
+from ligerkit.train.distributed import pick_device, use_deterministic_algorithms
 from ligerkit.train.compile import compile_layers
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
@@ -35,20 +35,6 @@ from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, NonFiniteError, TrainingStopped, graceful_signals
 
 log = logging.getLogger("ligerkit.train")
-
-
-def pick_device(env: D.DistEnv) -> torch.device:
-    """The local accelerator for this rank, else the CPU."""
-    kind = accelerator()
-    return torch.device(kind, env.local_rank) if kind in ("cuda", "npu") else torch.device("cpu")
-
-
-def use_deterministic_algorithms() -> None:
-    """Make a run repeatable bit for bit: PyTorch's deterministic kernels (flash attention's backward
-    included) and a fixed cuBLAS workspace; an op with no deterministic kernel then raises. The Liger
-    kernels the recipes use reduce without atomics in liger-kernel 0.8.5."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
 
 
 class Trainer:
@@ -71,6 +57,7 @@ class Trainer:
         self.run: Path | None = None
         self.resume_seconds: float | None = None
         self._lock: IO[str] | None = None
+        self.frozen: str | None = None  # the hash of the model's frozen weights (train.lora), once built
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Set everything up in order, train, log each step; the kit is reverted at the end."""
@@ -116,6 +103,7 @@ class Trainer:
             log.info("%s: %d steps on %s x %d, Liger %s, loss %s; run folder %s", self.config.name, t.steps, device,
                      self.env.world_size, "on" if self.recipe.liger_enabled else "off", self.recipe.loss.name, self.run)
         model = self.recipe.setup_model(device)
+        self.recipe.check_loss_path(model, device)  # a refused loss path leaves no run folder
         report = self.recipe.liger_kit.report if self.recipe.liger_kit.active else None
         if main and report is not None:
             log.info("Liger:\n%s", report)
@@ -125,7 +113,9 @@ class Trainer:
             resolved = self.resolved_config()
             run_dir.write_start(self.run, resolved, liger)
             resume.record(self.run, resolved)
-        self.recipe.check_loss_path(model, device)
+        self.frozen = frozen_fingerprint(model)  # before sharding: checkpoints hold no frozen weight
+        if main and (t.lora is not None or t.activation_checkpointing):
+            log.info("training: %s", training_line(model, t))
         data = self.data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
         if t.compile:
@@ -136,7 +126,7 @@ class Trainer:
         optimizer = self.optimizer(step_module)
         start = self._resume_from(step_module, optimizer)
         if self.init_from is not None:
-            resume.init_weights(Path(self.init_from), step_module, self.env)
+            resume.init_weights(Path(self.init_from), step_module, self.env, self.frozen)
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
@@ -169,7 +159,7 @@ class Trainer:
         began = time.perf_counter()  # the checks count as part of the resume
         found = checkpoint.usable(self.run, self.env)
         resume.check_room(self.run, found, self.config.train.steps)  # before any file is touched
-        done = checkpoint.load(found, model, optimizer, self.env)
+        done = checkpoint.load(found, model, optimizer, self.env, self.frozen)
         self.resume_seconds = round(time.perf_counter() - began, 3)
         if self.env.main:
             kept = run_dir.keep_metrics_through(self.run, done)
@@ -186,7 +176,7 @@ class Trainer:
         due = t.checkpoint_every is not None and done % t.checkpoint_every == 0
         if not (due or signum or limit):
             return
-        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.keep_checkpoints)
+        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.keep_checkpoints, self.frozen)
         if self.env.main:
             log.info("checkpoint after step %d: %s", done, saved)
         if signum or limit:

@@ -15,12 +15,13 @@ from ligerkit.train.config.loading import (
 from ligerkit.train.config.schema import (
     DataConfig,
     LigerKernelConfig,
+    LoraConfig,
     LossConfig,
     ModelConfig,
     RecipeConfig,
     TrainConfig,
 )
 
-__all__ = ["ConfigError", "DataConfig", "LigerKernelConfig", "LossConfig", "ModelConfig", "RecipeConfig",
+__all__ = ["ConfigError", "DataConfig", "LigerKernelConfig", "LoraConfig", "LossConfig", "ModelConfig", "RecipeConfig",
            "TrainConfig", "apply_arm", "apply_overrides", "config_errors", "load_recipe_config", "parse_override",
            "raw_config", "read_yaml", "unknown_key_hint", "validate_config"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,12 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     for part in loc[:-1]:
         field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
         annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        # an optional section (``LoraConfig | None``) names its keys like a plain one
+        members = typing.get_args(annotation) or (annotation,)
+        found = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        if len(found) != 1:
             return []
-        model = annotation
+        model = found[0]
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 

@@ -12,9 +12,6 @@ import os
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -22,25 +19,12 @@ from pydantic import (
 )
 
 from ligerkit.naming import LOSS_MODULES
+from ligerkit.train.config.lora import LoraConfig
+from ligerkit.train.config.strict import Float, Int, Strict
 from ligerkit.train.paths import check_name, check_path, check_run_folder
 
 
-def _number(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("expected a number, got true/false")
-    return value
-
-
-# Numbers from YAML or --set: never a boolean in disguise (true is 1 to Python), never inf or NaN.
-Int = Annotated[int, BeforeValidator(_number)]
-Float = Annotated[float, BeforeValidator(_number)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class LigerKernelConfig(_Strict):
+class LigerKernelConfig(Strict):
     """``model.liger_kernel``: what the kit applies before the model is built."""
 
     enabled: bool = False
@@ -49,7 +33,7 @@ class LigerKernelConfig(_Strict):
     excluded_modules: tuple[str, ...] = LOSS_MODULES
 
 
-class LossConfig(_Strict):
+class LossConfig(Strict):
     """``train.loss``: how the token-normalized loss is computed (with Liger on or off).
 
     ``standard``: full logits, float32 cross entropy. ``fused``: ``ligerkit.loss`` from the hidden
@@ -71,7 +55,7 @@ class LossConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     """``model``: how the model is built (``pretrained_model_name_or_path`` is accepted for the path)."""
 
     family: str = Field(min_length=1, description="transformers model_type (config/pretrained) or a label (custom)")
@@ -106,7 +90,7 @@ class ModelConfig(_Strict):
         return self
 
 
-class DataConfig(_Strict):
+class DataConfig(Strict):
     """``data``: deterministic batches: synthetic motifs, the shipped corpus, or a local file.
 
     ``jsonl`` (one JSON object per line, its ``text_field`` the text) and ``text`` (one document per
@@ -141,7 +125,7 @@ class DataConfig(_Strict):
         return self
 
 
-class TrainConfig(_Strict):
+class TrainConfig(Strict):
     """``train``: optimizer, batch geometry, logging."""
 
     steps: Int = Field(10, gt=0)
@@ -179,6 +163,13 @@ class TrainConfig(_Strict):
         "mixed precision (float32 master weights and optimizer states)"
     )
     loss: LossConfig = LossConfig()
+    lora: LoraConfig | None = Field(None, description="train LoRA adapters instead of every weight (needs peft: "
+                                    "the lora extra); null trains every weight")
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer (the recipe's FSDP units) in backward instead of keeping "
+        "its activations (non-reentrant; composes with FSDP2, train.compile and the fused loss): less memory, "
+        "about one more forward of compute"
+    )
     log_every: Int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
                            "(output that is not a terminal: pipes, nohup, CI)")
     fused_adamw: bool = Field(
@@ -215,7 +206,7 @@ class TrainConfig(_Strict):
         return self
 
 
-class RecipeConfig(_Strict):
+class RecipeConfig(Strict):
     """A whole recipe config."""
 
     name: str
