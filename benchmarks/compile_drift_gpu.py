@@ -9,7 +9,7 @@ one's every parameter gradient with the float32, Liger-off, uncompiled model's
 - ``liger_compile``: every swap, compiled, Liger's kernels through ``ligerkit.compile`` operators (the
   default; its graph breaks are counted: none beyond the ``compile`` arm's);
 - ``liger_compile_inline``: every swap, compiled, torch.compile tracing into Liger's autograd functions
-  (``train.liger_compile_ops=false``: the path measured to drift);
+  (``train.compile=trace``: the path measured to drift);
 - with ``--per-key``: ``only_<key>`` / ``only_<key>_compile`` (one swap alone, operators) and
   ``pair_<a>+<b>_inline`` (two swaps, traced inline): which combination writes into the weights.
 
@@ -32,8 +32,8 @@ from ligerkit.train.loading import load_engine
 ROOT = Path(__file__).resolve().parents[1]
 ON = "model.liger_kernel.enabled=true"
 OFF = "model.liger_kernel.enabled=false"
-COMPILE = ("train.compile=true",)
-INLINE = ("train.compile=true", "train.liger_compile_ops=false", "train.compile_over_liger_kernels=true")
+COMPILE = ("train.compile=ops",)
+INLINE = ("train.compile=trace",)
 
 
 def swap_keys(config: Path, overrides: list[str], device: torch.device) -> list[str]:
@@ -42,9 +42,9 @@ def swap_keys(config: Path, overrides: list[str], device: torch.device) -> list[
     try:
         model = engine.setup_model(device)
         del model
-        return [k for k, on in engine.kit.report.modules.items() if on]
+        return [k for k, on in engine.liger_kit.report.modules.items() if on]
     finally:
-        engine.kit.revert()
+        engine.liger_kit.revert()
 
 
 def arms_for(keys: list[str], per_key: bool) -> dict[str, Arm]:

@@ -55,8 +55,8 @@ def timed(config: Path, overrides: list[str], warmup: int, iters: int, device: t
             model.zero_grad(set_to_none=True)
         return statistics.median(times)
     finally:
-        if engine.kit.active:
-            engine.kit.revert()
+        if engine.liger_kit.active:
+            engine.liger_kit.revert()
         reset_compiled()
         torch.cuda.empty_cache()
 
@@ -75,7 +75,7 @@ def main() -> None:
     kernels: dict[str, dict[str, object]] = {}
     for recipe, keys, layers in PLAN:
         config = ROOT / "recipes" / recipe / "configs" / "gpu.yaml"
-        base = [f"{layers}={args.layers}", "train.compile=true", f"train.micro_batch_size={args.micro_batch}"]
+        base = [f"{layers}={args.layers}", "train.compile=ops", f"train.micro_batch_size={args.micro_batch}"]
         inductor = timed(config, [*base, "model.liger_kernel.enabled=false"], args.warmup, args.iters, device)
         for key in keys:
             liger = timed(config, [*base, "model.liger_kernel.enabled=true", modules_line(keys, {key})],

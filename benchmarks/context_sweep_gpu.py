@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ligerkit.proof.arms import ArmFailedError, default_runner, resolve_config, summarize
 from ligerkit.proof.bench import arm_overrides
-from ligerkit.proof.context_sweep import Trial, does_not_fit, next_length, summary, to_markdown
+from ligerkit.proof.context_sweep import Trial, next_length, summary, to_markdown
+from ligerkit.proof.fits import does_not_fit
 
 
 def length_lines(seq_len: int) -> list[str]:

@@ -3,9 +3,9 @@
 One micro-batch of the ``qwen3`` recipe's GPU config (4 x 4096 tokens, hidden 1024, vocab 151936,
 bf16): forward + backward of the token loss from the final hidden states, timed (median of
 ``--iters`` after ``--warmup``) with its peak memory above the inputs. ``standard`` is the engine's
-standard path (full logits, float32 cross entropy); ``fused@N`` is ``ligerkit.loss`` asking Liger for
+standard loss (full logits, float32 cross entropy); ``fused@N`` is ``ligerkit.loss`` asking Liger for
 about N rows per chunk (``128`` is Liger's own default at this shape). Gradients are compared with the
-standard path's.
+standard loss's.
 
     python benchmarks/flce_chunks_gpu.py --out flce_chunks.json
 """
@@ -25,7 +25,7 @@ from ligerkit.loss import fused_linear_token_loss
 
 
 def standard(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, count: float) -> torch.Tensor:
-    """The engine's standard path: full logits, float32 cross entropy, summed, divided by ``count``."""
+    """The engine's standard loss: full logits, float32 cross entropy, summed, divided by ``count``."""
     logits = F.linear(hidden, weight)
     flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
     return F.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum") / count

@@ -12,7 +12,7 @@ relative error exceeds 2 x eager's + 0.01.
 - olmo2 with plain ``LigerRMSNorm`` (in-place backward under a residual add), forced past the kit's
   refusal with ``probe=False``: it must fail the check.
 
-- loss path: each recipe's standard loss (Liger off) against the fused loss path (Liger off too),
+- loss path: each recipe's standard loss (Liger off) against the fused loss (Liger off too),
   so only the loss path differs;
 - training modes: each recipe with LoRA (r=16, every linear layer but the head), with activation
   checkpointing, and with both: every trainable tensor, Liger on vs off against float32;
@@ -45,7 +45,7 @@ REGISTRY_MODULES = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gem
 
 def family_modules() -> dict[str, str]:
     """Family name -> modeling module: the 20 hand-labelled families and the registry ones."""
-    from verify_expectations import FAMILIES
+    from probe_expectations import FAMILIES
 
     modules = {name: spec["module"] for name, spec in FAMILIES.items()}
     modules.update({name: f"transformers.models.{name}.modeling_{name}" for name in REGISTRY_MODULES})
@@ -83,7 +83,7 @@ def loss_path() -> list[dict]:
     from ligerkit.proof.recipe_grads import recipe_grad_parity
 
     fused = ("model.liger_kernel.enabled=false", "train.loss.path=fused")
-    return [_row(f"{name}: fused loss path", lambda name=name: _parity(recipe_grad_parity(
+    return [_row(f"{name}: fused loss", lambda name=name: _parity(recipe_grad_parity(
         ROOT / "recipes" / name / "configs" / "gpu.yaml", [], torch.device("cuda"), patched_overrides=fused)))
         for name in ("qwen3", "custom_lm", "composite_vlm")]
 
@@ -129,7 +129,7 @@ def families() -> list[dict]:
         found = suggest(module)
         patches = suggested_patches(found)
         if not patches:
-            return {"map": {}, "passed": None, "note": "suggest verified nothing"}
+            return {"map": {}, "passed": None, "note": "suggest matched nothing"}
         result = map_grad_parity(found.module_object, found.config_object, patches, torch.device("cuda"))
         return {"map": {k: [f"{p.attr} -> {getattr(p.replacement, '__name__', p.replacement)}" for p in v]
                         for k, v in patches.items()}, **_parity(result)}

@@ -8,7 +8,7 @@ One Qwen3 checkpoint (random weights, the Qwen3-0.6B shape by default) is writte
   every arm of a round alike. An arm's tokens/s in a round is the median over its steps after the
   first ``--warmup``; the table gives the median over rounds with the spread (min-max), and the speed
   ratio against the same trainer's Liger-off arm is the median of the per-round ratios. Arms: HF
-  Trainer with the model's loss, Liger off / kit / kit + ``FusedTokenLossTrainer``; SFTTrainer with
+  Trainer with the model's loss, Liger off / kit / kit + ``FusedLossTrainer``; SFTTrainer with
   TRL's chunked LM head, Liger off / kit / kit + ``LigerKitSFTTrainer``, each with TRL's default
   gradient checkpointing (on) and with it off (``_nogc``);
 - **where the time goes** (``--profile``): one more process per arm trains ``--warmup`` steps, then
@@ -199,7 +199,7 @@ def step1_grads(kind: str, ckpt: Path, liger: bool, fused: bool, dtype: torch.dt
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
     from trl import SFTConfig, SFTTrainer
 
-    from ligerkit.integrations import FusedTokenLossTrainer, LigerKitSFTTrainer, load_model
+    from ligerkit.integrations import FusedLossTrainer, LigerKitSFTTrainer, load_model
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = (load_model(ckpt, dtype=dtype) if liger else
@@ -211,7 +211,7 @@ def step1_grads(kind: str, ckpt: Path, liger: bool, fused: bool, dtype: torch.dt
     data = _common.samples(64, args.seq_len)
     try:
         if kind == "hf":
-            cls = FusedTokenLossTrainer if fused else Trainer
+            cls = FusedLossTrainer if fused else Trainer
             trainer = cls(model=model, args=TrainingArguments(**common), train_dataset=data,
                           data_collator=_common.collate, callbacks=[grab])
         else:

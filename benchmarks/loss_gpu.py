@@ -1,9 +1,9 @@
-"""GPU proof for the loss-compatibility path: eager / Liger / Liger + fused loss, side by side.
+"""GPU proof for the fused loss: eager / Liger / Liger + fused loss, side by side.
 
 For each recipe's GPU config, three arms in separate processes, same seed and data: ``eager``
 (Liger off, standard loss), ``liger`` (Liger kernels, standard loss: full logits + cross entropy),
 ``liger_fused`` (Liger kernels, ``train.loss.path=fused``); they give tokens/s and peak
-memory. The fused path must keep the per-step loss of the ``liger`` arm within 1e-3 (the same
+memory. The fused loss must keep the per-step loss of the ``liger`` arm within 1e-3 (the same
 kernels otherwise). That gap is judged on a second pair of ``liger`` and ``liger_fused`` runs with
 ``train.deterministic=true``: by default some kernels (flash attention's backward) accumulate in a
 run-dependent order, and the same command run twice drifts apart by itself; with it, the same
@@ -63,7 +63,7 @@ def main() -> None:
             result["deterministic_arms"] = {arm: {"losses": a["losses"], "grad_norms": a["grad_norms"]}
                                             for arm, a in det.items()}
             result["fused_vs_liger_max_loss_gap_deterministic"] = gap
-            # For scale: the standard path against itself, only the kernels' summation order changed.
+            # For scale: the standard loss against itself, only the kernels' summation order changed.
             result["liger_default_vs_deterministic_max_loss_gap"] = loss_gap(arms["liger"]["losses"],
                                                                              det["liger"]["losses"])
         eager = arms["eager"]

@@ -56,7 +56,7 @@ def main() -> None:
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() / GIB
     finally:
-        engine.kit.revert()
+        engine.liger_kit.revert()
     print(json.dumps({"config": args.config, "overrides": args.overrides, "weights_gib": weights,
                       "optimizer_states_gib": states, "grads_gib": grads, "saved_by_forward_gib": saved,
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak}))

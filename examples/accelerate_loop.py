@@ -1,4 +1,4 @@
-"""An Accelerate loop with the kit and the fused token loss, on one process or many.
+"""An Accelerate loop with the kit and the fused loss, on one process or many.
 
     python examples/accelerate_loop.py
     accelerate launch --num_processes 2 examples/accelerate_loop.py     # 2 GPUs

@@ -1,4 +1,4 @@
-"""Hugging Face Trainer with the kit: verified swaps, the report in the run, and the fused token loss.
+"""Hugging Face Trainer with the kit: scanned swaps, the report in the run, and the fused loss.
 
     python examples/hf_trainer.py                      # a tiny local checkpoint; Liger on a GPU, off elsewhere
     python examples/hf_trainer.py --model /ckpt --loss fused --liger on
@@ -6,7 +6,7 @@
 
 The model comes from ``ligerkit.integrations.load_model`` (apply, build, scan; the kit stays applied
 until the ``finally`` below). ``LigerKitCallback`` refuses ``use_liger_kernel=True`` and writes the
-report to ``<output_dir>/ligerkit.json``. ``--loss fused`` trains with ``FusedTokenLossTrainer``:
+report to ``<output_dir>/ligerkit.json``. ``--loss fused`` trains with ``FusedLossTrainer``:
 Trainer's own loss, with the logits never built.
 """
 
@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
 from _common import StepClock, checkpoint, close_distributed, collate, samples, summary, write
-from ligerkit.integrations import FusedTokenLossTrainer, LigerKitCallback, load_model
+from ligerkit.integrations import FusedLossTrainer, LigerKitCallback, load_model
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, callbacks: list[Any] | None = None) -> d
         average_tokens_across_devices=True, dataloader_drop_last=True,
     )
     clock = StepClock()
-    trainer_class = FusedTokenLossTrainer if a.loss == "fused" else Trainer
+    trainer_class = FusedLossTrainer if a.loss == "fused" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=samples(256, a.seq_len), data_collator=collate,
                             callbacks=[clock, *(callbacks or [])] + ([LigerKitCallback()] if liger else []))
     try:

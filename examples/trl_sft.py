@@ -1,7 +1,7 @@
-"""TRL's SFTTrainer with the kit: verified swaps, TRL's own LM head or ligerkit's fused token loss.
+"""TRL's SFTTrainer with the kit: scanned swaps, TRL's own LM head or ligerkit's fused loss.
 
     python examples/trl_sft.py                         # TRL's loss; Liger on a GPU, off elsewhere
-    python examples/trl_sft.py --loss fused            # LigerKitSFTTrainer: ligerkit's fused token loss
+    python examples/trl_sft.py --loss fused            # LigerKitSFTTrainer: ligerkit's fused loss
 
 SFTTrainer rebinds the model's forward for its own chunked LM head; the kit's guard reports that
 wrapper in ``model.ligerkit.scan.wrappers`` (it changes no swap). ``use_liger_kernel`` stays off: the

@@ -52,13 +52,13 @@ def test_the_arm_table_lives_in_the_training_layer_and_the_bench_reexports_it():
 
 def test_liger_compile_fused_selects_swaps_fused_loss_and_compile():
     assert A.ARMS["liger_compile_fused"] == ("model.liger_kernel.enabled=true", "train.loss.path=fused",
-                                             "train.compile=true")
+                                             "train.compile=ops")
     config = load_recipe_config(GPU_CONFIG, A.ARMS["liger_compile_fused"])
-    assert config.model.liger_kernel.enabled and config.train.loss.path == "fused" and config.train.compile
-    assert config.train.liger_compile_ops  # the kernels run as compile operators: no opt-in needed
+    assert config.model.liger_kernel.enabled and config.train.loss.path == "fused" and config.train.compile != "off"
+    assert config.train.compile == "ops"  # the kernels run as compile operators: no opt-in needed
     assert A.is_compiled("liger_compile_fused") and not A.is_compiled("liger_fused")
     assert A.config_lines("liger_compile_fused") == ("model.liger_kernel.enabled: true", "train.loss.path: fused",
-                                                     "train.compile: true")
+                                                     "train.compile: ops")
     with pytest.raises(KeyError, match="liger_compile_fused"):
         A.arm_lines("turbo")
 
@@ -78,7 +78,7 @@ def test_train_arm_sets_the_arms_keys(arm):
 def test_train_arm_in_the_config_file_and_its_resolved_config_reproduce_the_same_run(tmp_path):
     path = _config_with(tmp_path, arm="liger_fused")
     config = load_recipe_config(path)
-    assert (config.model.liger_kernel.enabled, config.train.loss.path, config.train.compile) == (True, "fused", False)
+    assert (config.model.liger_kernel.enabled, config.train.loss.path, config.train.compile) == (True, "fused", "off")
     # the run folder's config.yaml is the resolved config: loading it again gives the same config
     resolved = tmp_path / "config.yaml"
     resolved.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
@@ -96,7 +96,7 @@ def test_a_key_contradicting_train_arm_is_an_error_naming_both(tmp_path):
     # a key from the file is named with the file
     with pytest.raises(ConfigError, match=r"enabled=false; .*gpu\.yaml sets it to true"):
         load_recipe_config(GPU_CONFIG, ["train.arm=eager"])
-    with pytest.raises(ConfigError, match=r"train\.compile=false; .*gpu\.yaml sets it to true"):
+    with pytest.raises(ConfigError, match=r"train\.compile=off; .*gpu\.yaml sets it to true"):
         load_recipe_config(_config_with(tmp_path, arm="liger", compile=True))
     # a mapping replaced by a scalar is not silently turned into the arm's value
     with pytest.raises(ConfigError, match=r"train\.loss \(not a mapping\)"):
@@ -193,7 +193,7 @@ def test_the_fastest_arm_within_both_rules_is_recommended():
     assert verdicts["liger"].passed and verdicts["eager"].passed
     assert pick.config_lines == ("train.arm: liger_fused",)
     assert pick.equivalent_lines == ("model.liger_kernel.enabled: true", "train.loss.path: fused",
-                                     "train.compile: false")
+                                     "train.compile: off")
     text = "\n".join(pick.lines())
     assert text.startswith("Recommendation: liger_fused (1.60x eager tokens/s)")
     assert "train.arm: liger_fused" in text and "--set train.arm=liger_fused" in text and "not checked" not in text

@@ -64,7 +64,7 @@ def test_recipe_layers_compile_over_liger_without_graph_breaks_and_match(recipe,
     finally:
         reset_compiled()
 
-    engine = load_engine(config, [*sizes, "model.liger_kernel.enabled=true", "train.compile=true"])
+    engine = load_engine(config, [*sizes, "model.liger_kernel.enabled=true", "train.compile=ops"])
     assert engine.compile_mode
     try:
         model = engine.prepare_model(CPU)  # the kit applied with compile=True, then built
@@ -121,7 +121,7 @@ def test_compile_mode_rebinds_liger_names_reports_them_and_reverts(monkeypatch):
 
         cfg = Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                           num_key_value_heads=1, head_dim=16, vocab_size=64)
-        scan = kit.verify(Qwen3ForCausalLM(cfg))
+        scan = kit.scan(Qwen3ForCausalLM(cfg))
         assert not scan.unused and not scan.stale  # the rebinding is not a model swap
         assert all("liger_kernel.transformers.rms_norm.LigerRMSNormFunction" != f for f in scan.function_swaps)
     finally:
@@ -292,9 +292,7 @@ def test_a_liger_subclass_defined_inside_a_helper_is_routed_and_compiles_whole(m
 def test_the_recipe_engine_applies_in_compile_mode_only_with_train_compile(monkeypatch):
     monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", "none")
     config = ROOT / "recipes" / "custom_lm" / "configs" / "gpu.yaml"
-    for overrides, expected in (([], False), (["train.compile=true"], True),
-                                (["train.compile=true", "train.liger_compile_ops=false",
-                                  "train.compile_over_liger_kernels=true"], False)):
+    for overrides, expected in (([], False), (["train.compile=ops"], True), (["train.compile=trace"], False)):
         engine = load_engine(config, overrides)
         try:
             engine.prepare_model(torch.device("meta"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ligerkit.errors import LigerKitError
-from ligerkit.proof.context_sweep import Trial, does_not_fit, next_length, summary, to_markdown
+from ligerkit.proof.context_sweep import Trial, next_length, summary, to_markdown
+from ligerkit.proof.fits import does_not_fit
 
 
 def sweep(capacity: int, start: int = 4096, limit: int = 1 << 20, precision: float = 0.10) -> list[Trial]:

@@ -82,7 +82,7 @@ def test_composite_official_llm_plus_custom_encoder_in_one_report(kit):
                                                           num_key_value_heads=2, head_dim=8, vocab_size=64))
         vision = enc.VisionEncoder(enc.EncoderConfig())
     model = torch.nn.ModuleDict({"llm": llm, "vision": vision})
-    scan = kit.verify(model)
+    scan = kit.scan(model)
     assert scan.counts["liger_kernel.transformers.rms_norm.LigerRMSNorm"] == 5 + 4 + 3
     assert scan.counts["liger_kernel.transformers.swiglu.LigerSwiGLUMLP"] == 2 + 2
 

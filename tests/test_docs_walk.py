@@ -125,8 +125,8 @@ def test_the_readme_python_snippets_all_run_and_show_the_callback_finding_a_kit(
     # them builds a model under kit.apply, scans it, and has LigerKitCallback() find that kit
     readme = [b for b in ALL if b.doc.name == "README.md" and b.lang == "python"]
     assert readme and all(b.not_run is None for b in readme), [b.name for b in readme if b.not_run]
-    assert any("kit.verify(model)" in b.text and "LigerKitCallback()" in b.text and "callback.handle.kit is kit"
-               in b.text for b in readme), "a README snippet should show LigerKitCallback() finding a verified kit"
+    assert any("kit.scan(model)" in b.text and "LigerKitCallback()" in b.text and "callback.handle.kit is kit"
+               in b.text for b in readme), "a README snippet should show LigerKitCallback() finding a scanned kit"
 
 
 def test_a_stray_or_empty_tag_is_an_error(tmp_path):

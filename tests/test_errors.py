@@ -18,6 +18,44 @@ def test_all_errors_share_one_base():
     assert all(issubclass(c, LigerKitError) for c in subclasses)
 
 
+INTERNAL_SIGNALS = {"YamlBoundError", "Unprobeable", "Uncacheable", "Unrunnable"}  # caught inside, never raised to a caller
+
+
+def test_every_error_class_is_defined_in_errors_py():
+    import ast
+    from pathlib import Path
+
+    src = Path(E.__file__).parent
+    ours = {n for n, c in vars(E).items() if isinstance(c, type) and issubclass(c, Exception)}
+    elsewhere = []
+    for path in sorted(src.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == src:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name not in INTERNAL_SIGNALS:
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & ours or any(b.endswith(("Error", "Exception")) for b in bases):
+                    elsewhere.append(f"{path.relative_to(src)}:{node.name}")
+    assert not elsewhere, elsewhere
+
+
+def test_the_readme_error_table_lists_every_error():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    names = {n for n, c in vars(E).items() if isinstance(c, type) and issubclass(c, Exception)}
+    assert not {n for n in names if f"| `{n}`" not in table and f"(alias `{n}`)" not in table}
+
+
+def test_one_no_accelerator_error_under_both_names():
+    from ligerkit.proof import arms
+
+    assert E.NoAcceleratorError is E.LigerNeedsAcceleratorError is arms.NoAcceleratorError
+    with pytest.raises(E.LigerNeedsAcceleratorError, match="ligerkit smoke"):
+        arms.require_accelerator("smoke") if arms.accelerator() is None else pytest.skip("an accelerator is here")
+
+
 def test_unknown_family_gives_close_matches_and_points_to_custom_patches(kit):
     with pytest.raises(E.UnknownFamilyError) as info:
         kit.apply(model_family="qwen_3")

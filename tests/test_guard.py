@@ -1,4 +1,4 @@
-"""Patches from outside after verify: the first-forward guard, and models whose kit was reverted."""
+"""Patches from outside after the scan: the first-forward guard, and models whose kit was reverted."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_hf_trainer_use_liger_kernel_is_refused_before_step_1(kit, tmp_path):
 
     kit.apply(model_family="qwen3")
     model = tiny_qwen3()
-    kit.verify(model)
+    kit.scan(model)
     data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.randint(0, 64, (8,))} for _ in range(4)]
     args = TrainingArguments(output_dir=str(tmp_path), use_liger_kernel=True, max_steps=1, use_cpu=True,
                              report_to=[], per_device_train_batch_size=2, save_strategy="no", disable_tqdm=True)
@@ -44,17 +44,17 @@ def test_a_helper_run_again_on_the_instance_is_refused(kit):
 
     kit.apply(model_family="qwen3")
     model = tiny_qwen3()
-    kit.verify(model)
+    kit.scan(model)
     _apply_liger_kernel_to_instance(model=model, fused_linear_cross_entropy=False)
     with pytest.raises(ForeignPatchError, match="^Remove the Liger helper call"):
         model(torch.zeros(1, 4, dtype=torch.long))
 
 
-def test_a_binding_the_kit_owns_changed_after_verify_is_refused(kit):
+def test_a_binding_the_kit_owns_changed_after_the_scan_is_refused(kit):
     original = enc.EncoderRMSNorm
     kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
     model = enc.VisionEncoder(enc.EncoderConfig())
-    kit.verify(model)
+    kit.scan(model)
     enc.EncoderRMSNorm = original  # someone undid the swap behind the kit's back
     try:
         with pytest.raises(ForeignPatchError, match="EncoderRMSNorm, swapped by the kit"):
@@ -69,7 +69,7 @@ def test_a_wrapper_that_keeps_the_swaps_is_reported_not_refused(kit):
     model.final_norm = torch.nn.Identity()  # keep the forward on the CPU: no Liger kernel runs
     for layer in model.layers:
         layer.norm = torch.nn.Identity()
-    scan = kit.verify(model, strict=False)
+    scan = kit.scan(model, strict=False)
     plain = type(model).forward
 
     def wrapped(self, x):
@@ -85,31 +85,31 @@ def test_a_wrapper_that_keeps_the_swaps_is_reported_not_refused(kit):
     assert len(scan.wrappers) == 1
 
 
-def test_verify_after_revert_raises_for_a_model_built_under_the_kit(kit):
+def test_scan_after_revert_raises_for_a_model_built_under_the_kit(kit):
     kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
     model = enc.VisionEncoder(enc.EncoderConfig())
     kit.revert()
     with pytest.raises(RevertedKitError, match="Keep the kit applied"):
-        kit.verify(model)
-    assert kit.verify(enc.VisionEncoder(enc.EncoderConfig())).counts == {}  # a model built after: fine
+        kit.scan(model)
+    assert kit.scan(enc.VisionEncoder(enc.EncoderConfig())).counts == {}  # a model built after: fine
 
 
 def test_leaving_applied_then_training_raises_at_the_first_forward(kit):
     with kit.applied(model_family="qwen3"):
         model = tiny_qwen3()
-        kit.verify(model)
+        kit.scan(model)
     with pytest.raises(RevertedKitError, match="reverted"):
         model(torch.zeros(1, 4, dtype=torch.long))
 
 
-def test_verify_needs_a_model(kit):
+def test_scan_needs_a_model(kit):
     with pytest.raises(InvalidOptionError, match="torch.nn.Module"):
-        kit.verify(None)
+        kit.scan(None)
 
 
 def test_a_guarded_model_still_copies_and_pickles(kit):
     kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
     model = enc.VisionEncoder(enc.EncoderConfig())
-    kit.verify(model)
+    kit.scan(model)
     assert copy.deepcopy(model) is not model
     assert pickle.loads(pickle.dumps(model)).layers

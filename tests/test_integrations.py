@@ -1,6 +1,6 @@
 """The kit where users already train: the loader, HF Trainer, TRL, Accelerate and a plain loop (CPU).
 
-Liger off, every example trains and its fused loss path equals the standard one (losses, gradient
+Liger off, every example trains and its fused loss equals the standard one (losses, gradient
 norms, final weights). Liger on, each integration is checked as far as a CPU goes: apply, build,
 scan, construct the trainer, refuse the conflict, and the first forward raising
 LigerNeedsAcceleratorError rather than Triton's error.
@@ -235,11 +235,11 @@ def test_the_fused_trainers_refuse_what_they_cannot_honour_before_anything_is_bu
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig
 
-    from ligerkit.integrations import FusedTokenLossTrainer, LigerKitSFTTrainer
+    from ligerkit.integrations import FusedLossTrainer, LigerKitSFTTrainer
 
     model = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)
     with pytest.raises(TrainerConflictError, match=message):
-        FusedTokenLossTrainer(model=model, args=_trainer_args(tmp_path, **extra))
+        FusedLossTrainer(model=model, args=_trainer_args(tmp_path, **extra))
     config = SFTConfig(output_dir=str(tmp_path / "sft"), report_to=[], use_cpu=True, **extra)
     with pytest.raises(TrainerConflictError, match=message):
         LigerKitSFTTrainer(model=model, args=config)
@@ -257,7 +257,7 @@ def test_token_loss_refuses_a_model_whose_logits_are_not_its_head_applied_to_its
     plain = token_loss(model, batch, path="fused")
     assert close(float(plain), float(token_loss(model, batch, path="standard")))
     scaled = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)
-    scaled.lm_head.register_forward_hook(lambda m, a, out: out * 2.0)  # a transform the fused path cannot see
+    scaled.lm_head.register_forward_hook(lambda m, a, out: out * 2.0)  # a transform the fused loss cannot see
     with pytest.raises(FusedLossRefusedError, match="path='standard'"):
         token_loss(scaled, batch, path="fused")
     with pytest.raises(InvalidOptionError, match="labels"):

@@ -192,6 +192,16 @@ def test_the_keys_are_in_the_schema_and_a_resume_may_not_change_them():
     config = load_recipe_config(QWEN3_CPU, ["train.lora={rank: 8}", "train.activation_checkpointing=true"])
     assert config.train.lora.rank == 8 and config.train.lora.target_modules == "all-linear"
     assert "train.lora" not in SAFE_TO_CHANGE and not any(k.startswith("train.lora") for k in SAFE_TO_CHANGE)
+    assert "train.activation_checkpointing" in SAFE_TO_CHANGE  # same loss and gradients: an OOM run may turn it on
+
+
+def test_a_run_resumes_with_activation_checkpointing_turned_on_to_the_same_curve(tmp_path):
+    train(tmp_path / "whole", *LORA)
+    with pytest.raises(Exception, match="stopped after step 2"):
+        train(tmp_path / "run", *LORA, "train.checkpoint_every=2", "train.stop_after_steps=2")
+    train(tmp_path / "run", *LORA, "train.checkpoint_every=2", "train.activation_checkpointing=true",
+          resume=tmp_path / "run")
+    assert losses(tmp_path / "run") == losses(tmp_path / "whole")
 
 
 def test_activation_checkpointing_compiles_whole_with_each_layer_and_keeps_the_gradients():

@@ -1,4 +1,4 @@
-"""The loss-compatibility path equals the recipe's standard token-normalized loss, and refuses
+"""The fused loss equals the recipe's standard token-normalized loss, and refuses
 models whose logits it cannot reproduce."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_chunking_never_keeps_full_logits_for_backward():
 
 
 @pytest.mark.parametrize("tie", [True, False])
-def test_engine_fused_path_equals_standard_across_uneven_micro_batches(tie):
+def test_the_fused_loss_equals_the_standard_one_across_uneven_micro_batches(tie):
     """Same batches (2 micro-batches, very different valid counts), same weights: same loss and grads."""
     results = {}
     for loss in ("off", "fused"):
@@ -170,7 +170,7 @@ def test_every_recipe_trains_the_same_on_both_loss_paths(recipe):
 
 
 def test_mixed_precision_trains_and_both_loss_paths_agree_under_autocast():
-    """float32 master weights + bfloat16 autocast: the fused and standard paths see the same math."""
+    """float32 master weights + bfloat16 autocast: the fused and standard losses see the same math."""
     losses = {}
     for name, sets in (("off", ["train.autocast_bf16=true", "model.liger_kernel.loss=off"]),
                        ("fused", ["train.autocast_bf16=true", "model.liger_kernel.loss=fused"]),

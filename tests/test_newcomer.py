@@ -169,9 +169,9 @@ def test_the_model_keys_and_module_names_are_named_together():
     assert "num_hidden_layerz: Qwen3Config has no such option (did you mean num_hidden_layers?)" in str(caught.value)
 
 
-# --- the callback finds the kit of a model built under kit.apply and checked with kit.verify ---
+# --- the callback finds the kit of a model built under kit.apply and checked with kit.scan ---
 
-def test_the_callback_finds_the_kit_of_a_model_verified_by_it(tmp_path):
+def test_the_callback_finds_the_kit_of_a_model_scanned_by_it(tmp_path):
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
     from ligerkit import LigerKernelKit
@@ -183,10 +183,10 @@ def test_the_callback_finds_the_kit_of_a_model_verified_by_it(tmp_path):
 
     ckpt = tiny_checkpoint(tmp_path / "ckpt")
     kit = LigerKernelKit()
-    kit.apply(ckpt, modules="auto")  # the README's own snippet: apply, build, verify
+    kit.apply(ckpt, modules="auto")  # the README's own snippet: apply, build, scan
     try:
         model = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)
-        scan = kit.verify(model)
+        scan = kit.scan(model)
         args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2,
                                  report_to=[], use_cpu=True, save_strategy="no")
         callback = LigerKitCallback()
@@ -243,12 +243,12 @@ def test_suggest_gpu_without_a_gpu_prints_the_cpu_map_then_exits_3(monkeypatch):
     from ligerkit.cli import app, kit_commands
 
     monkeypatch.setattr(kit_commands, "_no_gpu", lambda: "suggest --gpu: no CUDA GPU here, so the map above was "
-                                                          "verified on the CPU only")
+                                                          "probed on the CPU only")
     args = ["suggest", "toy_models.modeling_layouts", "--config", "toy_models.modeling_layouts:LayoutConfig", "--gpu"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 3
-    assert "custom_patches" in result.stdout or "candidates verified" in result.stdout  # the CPU map is printed
-    assert "verified on the CPU only" in result.output and "ligerkit check" not in result.output
+    assert "custom_patches" in result.stdout or "candidates matched" in result.stdout  # the CPU map is printed
+    assert "probed on the CPU only" in result.output and "ligerkit check" not in result.output
 
 
 @pytest.mark.parametrize("name", ["qwen3", "recipes/qwen3"])

@@ -143,7 +143,7 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
     assert pick["arm"] == "liger_fused" and pick["grads_checked"] is True
     assert pick["config_lines"] == ["train.arm: liger_fused"]
     assert pick["equivalent_lines"] == ["model.liger_kernel.enabled: true", "train.loss.path: fused",
-                                        "train.compile: false"]
+                                        "train.compile: off"]
     assert pick["verdicts"]["liger_compile_fused"]["grads_ok"] is False
     assert result["gradients"]["arms"]["liger_compile_fused"]["reference"] == "compile"
     record, table, _ = B.write_outputs(result, tmp_path)
@@ -307,7 +307,7 @@ def test_compile_flag_compiles_each_decoder_layer():
     import torch
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
-                         ["train.compile=true", "model.liger_kernel.enabled=false"])
+                         ["train.compile=ops", "model.liger_kernel.enabled=false"])
     model = engine.setup_model(torch.device("meta"))
     compiled = Trainer(engine).compile_model(model)
     assert compiled == ["model.layers.0", "model.layers.1"]
@@ -319,16 +319,17 @@ def test_compile_over_liger_kernel_swaps_needs_the_opt_in_only_without_compile_o
 
     # the default: Liger's kernels run as compile operators, so compiling over the swaps needs no opt-in
     config = load_recipe_config(GPU_CONFIG, ["train.compile=true"])
-    assert config.train.compile and config.train.liger_compile_ops and not config.train.compile_over_liger_kernels
+    assert config.train.compile == "ops"  # compiled, Liger's kernels as compile operators, not traced over
     inline = ["train.compile=true", "train.liger_compile_ops=false"]
     with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
         load_recipe_config(GPU_CONFIG, inline)
-    assert load_recipe_config(GPU_CONFIG, [*inline, "train.compile_over_liger_kernels=true"]).train.compile
-    assert load_recipe_config(GPU_CONFIG, [*inline, "model.liger_kernel.enabled=false"]).train.compile
+    assert load_recipe_config(GPU_CONFIG, [*inline, "train.compile_over_liger_kernels=true"]).train.compile == "trace"
+    assert load_recipe_config(GPU_CONFIG, [*inline, "model.liger_kernel.enabled=false"]).train.compile == "trace"
     # the bench's liger_compile arm relies on the default, not on the opt-in
-    assert not any("compile_over_liger_kernels" in line for lines in B.ARMS.values() for line in lines)
+    assert not any("compile_over_liger_kernels" in line or line == "train.compile=trace"
+                   for lines in B.ARMS.values() for line in lines)
     liger_compile = load_recipe_config(GPU_CONFIG, B.ARMS["liger_compile"])
-    assert liger_compile.train.compile and liger_compile.model.liger_kernel.enabled
+    assert liger_compile.train.compile == "ops" and liger_compile.model.liger_kernel.enabled
     with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
         load_recipe_config(GPU_CONFIG, [*B.ARMS["liger_compile"], "train.liger_compile_ops=false"])
     for arm, sets in B.ARMS.items():  # every bench arm is a valid config
@@ -394,3 +395,36 @@ def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
     assert both.exit_code == 1 and "--no-grads" in both.stderr
     typo = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "data.seq_lenn=1024"])
     assert typo.exit_code == 1 and "seq_len" in typo.stderr
+
+
+def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
+    from ligerkit.proof.arms import ArmFailedError
+
+    calls = {"n": 0}
+
+    def make(overrides):
+        arm = _arm_of(overrides)
+        calls["n"] += 1
+        if arm == "liger" and calls["n"] > 2:  # fits in round 1, out of memory in round 2
+            raise ArmFailedError("train failed (1):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5 GiB")
+        return run([1.0, 0.9], [1.0, 1.0], [150.0 if arm != "eager" else 100.0] * 2, 10.0)
+
+    result = B.bench(GPU_CONFIG, ["eager", "liger", "liger_fused"], steps=2, warmup=0, overrides=[],
+                     runner=FakeRunner(make), repeats=2)
+    assert result["out_of_memory"] == {"liger": "out of memory (round 2)"}
+    assert list(result["arms"]) == ["eager", "liger_fused"] and len(result["arms"]["liger_fused"]["runs"]) == 2
+    assert result["recommendation"]["arm"] == "liger_fused"
+    assert "Did not fit, so not in the table nor recommended: liger: out of memory (round 2)." in B.to_markdown(result)
+    B.write_outputs(result, tmp_path)  # the table and the plot hold the arms that fit
+
+    def eager_too_big(overrides):
+        raise ArmFailedError("ConfigError: this config needs at least 200.0 GiB per GPU")
+
+    with pytest.raises(LigerKitError, match="train.activation_checkpointing=true"):
+        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(eager_too_big))
+
+    def broken(overrides):
+        raise ArmFailedError("ValueError: a bug, not a size")
+
+    with pytest.raises(ArmFailedError, match="a bug"):
+        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(broken))

@@ -54,10 +54,10 @@ def test_revert_refuses_to_clobber_someone_elses_patch(kit):
         enc.EncoderRMSNorm = original
 
 
-def test_verify_counts_replacements_in_the_built_model(kit):
+def test_scan_counts_replacements_in_the_built_model(kit):
     kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
     model = enc.VisionEncoder(enc.EncoderConfig(layers=3))
-    scan = kit.verify(model)
+    scan = kit.scan(model)
     assert scan.counts == {"liger_kernel.transformers.rms_norm.LigerRMSNorm": 4}
     assert scan.unused == () and scan.leftovers == {}
 
@@ -66,8 +66,8 @@ def test_late_apply_is_caught_with_module_paths(kit):
     model = enc.VisionEncoder(enc.EncoderConfig(layers=2))  # built before apply
     kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
     with pytest.raises(LateApplyError, match=r"layers\.0\.norm.*apply ran after the model was built"):
-        kit.verify(model)
-    scan = kit.verify(model, strict=False)
+        kit.scan(model)
+    scan = kit.scan(model, strict=False)
     assert scan.leftovers == {f"{ENC}.EncoderRMSNorm": ("layers.0.norm", "layers.1.norm", "final_norm")}
 
 
@@ -80,14 +80,14 @@ def test_late_official_apply_is_caught(kit):
                                              vocab_size=64))
     kit.apply(model_family="qwen3")
     with pytest.raises(LateApplyError, match="model.layers.0.input_layernorm"):
-        kit.verify(model)
+        kit.scan(model)
 
 
 def test_unused_class_swap_is_reported(kit):
     from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
     kit.apply(custom_patches={"swiglu": LigerPatch(ENC, "EncoderMLP", LigerSwiGLUMLP)})
-    scan = kit.verify(torch.nn.Linear(2, 2))
+    scan = kit.scan(torch.nn.Linear(2, 2))
     assert scan.unused == (f"{ENC}.EncoderMLP -> liger_kernel.transformers.swiglu.LigerSwiGLUMLP",)
 
 
@@ -95,7 +95,7 @@ def test_stale_binding_is_listed(kit):
     import toy_models.stale_user  # holds EncoderRMSNorm by name since import time  # noqa: F401
 
     kit.apply(custom_patches={"rms_norm": LigerPatch(ENC, "EncoderRMSNorm", LigerRMSNorm)})
-    scan = kit.verify(enc.VisionEncoder(enc.EncoderConfig()))
+    scan = kit.scan(enc.VisionEncoder(enc.EncoderConfig()))
     assert [(b.module, b.attr) for b in scan.stale] == [("toy_models.stale_user", "EncoderRMSNorm")]
 
 

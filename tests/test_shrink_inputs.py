@@ -3,7 +3,9 @@
 A multimodal rotary embedding's sections must add up to its frequencies (the code's own default
 sections too), axial position embeddings must add up to the hidden size and multiply to the sequence
 length, image sizes may be (height, width) pairs or crop sizes with a tubelet's spatial patch, video
-clips keep a few frames, a backbone cut to fewer layers still outputs a feature map. Inputs: audio
+clips keep a few frames, a backbone cut to fewer layers still outputs a feature map, a top config's
+layer indices into a tower follow the tower's kept layers, a windowed backbone's patch grid holds
+whole windows. Inputs: audio
 placeholder tokens for the vectors the audio encoder returns, feature masks, stacked frames, videos
 of the config's frame count, time series of its context length, required forward arguments filled
 by their names, text no longer than a text tower's positions. Tiny configs and fake modules only.
@@ -29,8 +31,8 @@ from ligerkit.probe.media_inputs import (
     _with_features_mask,
 )
 from ligerkit.shrink import axial_length
-from ligerkit.shrink.depth import _cut
-from ligerkit.shrink.parts import short_clips, small_images
+from ligerkit.shrink.depth import _cut, shallow
+from ligerkit.shrink.parts import merge_factor, short_clips, small_images
 from ligerkit.shrink.relations import axial_positions, fit_section, fitted_sections, section_misfits
 
 
@@ -114,6 +116,31 @@ def test_a_backbone_cut_to_fewer_layers_still_outputs_a_feature_map():
     _cut(config, [0, 1], 12, ["num_hidden_layers"])
     assert config.stage_names == ["stem", "stage1", "stage2"]
     assert config.out_features == ["stage2"] and config.out_indices == [2]
+
+
+def test_a_layer_index_list_for_a_sub_config_stack_follows_its_kept_layers():
+    from transformers import CLIPSegConfig, CLIPSegForImageSegmentation
+
+    tower = dict(hidden_size=32, intermediate_size=37, num_attention_heads=2, num_hidden_layers=12)
+    config = CLIPSegConfig(text_config={**tower, "vocab_size": 99}, vision_config={**tower, "image_size": 32,
+                           "patch_size": 16}, projection_dim=16, reduce_dim=16, extract_layers=(3, 6, 9))
+    model = CLIPSegForImageSegmentation  # a feature of a dropped layer comes from the nearest kept one below
+    shrunk = shallow(config, lambda c: model(c))
+    assert shrunk.vision_config.num_hidden_layers == 2 and tuple(shrunk.extract_layers) == (1,)
+    out = model(shrunk).eval()(input_ids=torch.ones(1, 5, dtype=torch.long), pixel_values=torch.randn(1, 3, 32, 32))
+    assert out.logits.shape[-1] == 32
+
+
+def test_a_windowed_backbone_grid_is_a_multiple_of_its_windows_per_side():
+    own = _Config(image_size=518, patch_size=14, num_windows=4)  # 37 patches: no four windows a side
+    assert merge_factor(own) == 4 and small_images(own, shrink=False) and own.image_size == 560
+    fits = _Config(image_size=896, patch_size=14, mm_tokens_per_image=256)  # its own grid: nothing changes
+    assert not small_images(fits, shrink=False) and fits.mm_tokens_per_image == 256
+    small = _Config(image_size=518, patch_size=14, num_windows=4)
+    small_images(small)
+    assert (small.image_size // 14) % 4 == 0
+    sides = _Config(image_size=1024, patch_size=16, num_windows=16, num_windows_side=4)  # a total and a side
+    assert merge_factor(sides) == 4 and small_images(sides) and sides.image_size == 64
 
 
 # --- inputs ------------------------------------------------------------------------------------------

@@ -281,7 +281,7 @@ def test_summary_gpu_verdicts_new_and_old() -> None:
                 gradients={"passed": True}, tops=["Qwen3ForCausalLM"]),  # old: passed -> PASS
         _failed("transformers.models.nogpu.modeling_nogpu", "no CUDA GPU", 3, gpu=True),
         _failed("transformers.models.nomap.modeling_nomap",
-                "error: InvalidOptionError: suggest --gpu: no candidate was verified\n", gpu=True),
+                "error: InvalidOptionError: suggest --gpu: no candidate matched\n", gpu=True),
         _failed("transformers.models.crash.modeling_crash",
                 "Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: CUDA out of memory\n", gpu=True),
     ]

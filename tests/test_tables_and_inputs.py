@@ -145,6 +145,6 @@ def test_a_plain_class_cannot_replace_an_nn_module(kit):
         kit.apply(custom_patches={"x": LigerPatch(ENC, "EncoderRMSNorm", int)}, probe=False)
 
 
-def test_verify_refuses_a_scripted_model(kit):
+def test_scan_refuses_a_scripted_model(kit):
     with pytest.raises(InvalidOptionError, match="eager"):
-        kit.verify(torch.jit.script(torch.nn.Linear(2, 2)))
+        kit.scan(torch.jit.script(torch.nn.Linear(2, 2)))

@@ -66,7 +66,7 @@ def test_suggest_takes_the_twin_for_an_unproven_norm_and_leaves_an_unproven_rota
 
 # --- the custom route refuses what it could not check ------------------------------------------
 
-def test_custom_route_refuses_an_unchecked_in_place_norm_naming_the_twin(kit):
+def test_custom_route_refuses_an_unproven_in_place_norm_naming_the_twin(kit):
     with pytest.raises(InPlaceBackwardError, match="LigerRMSNormForOlmo2") as err:
         kit.apply(custom_patches={"rms_norm": LigerPatch(NO_TOP, "NoTopRMSNorm", LigerRMSNorm)},
                   config=N.NoTopConfig())
@@ -74,7 +74,7 @@ def test_custom_route_refuses_an_unchecked_in_place_norm_naming_the_twin(kit):
     assert N.NoTopRMSNorm is not LigerRMSNorm and not kit.active
 
 
-def test_custom_route_refuses_an_unchecked_in_place_rotary_saying_leave_it_off(kit):
+def test_custom_route_refuses_an_unproven_in_place_rotary_saying_leave_it_off(kit):
     with pytest.raises(InPlaceBackwardError, match="leave this module off"):
         kit.apply(custom_patches={"rope": LigerPatch(NO_TOP, "apply_rotary_pos_emb", liger_rotary_pos_emb)},
                   config=N.NoTopConfig())

@@ -36,7 +36,7 @@ def installed_version(package: str) -> str | None:
 
 
 def environment_gaps() -> tuple[str, ...]:
-    """Every reason a report here cannot count as a full validation."""
+    """Every reason a report here cannot count as a full proof (the environment gaps)."""
     gaps = []
     if accelerator() is None:
         gaps.append(

@@ -2,13 +2,16 @@
 
 All errors derive from :class:`LigerKitError`, so a recipe can catch the whole family in one
 ``except``. Each subclass names one situation, and each message ends with what to do about it:
-the kit never logs a problem and carries on.
+the kit never logs a problem and carries on. Every error class is defined here (a module that used to
+define one re-exports it). ``YamlBoundError``, ``Unprobeable``, ``Uncacheable`` and ``Unrunnable`` are
+internal signals, not errors: ligerkit catches each and turns it into a result or one of these errors.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 
 class LigerKitError(Exception):
@@ -34,7 +37,7 @@ class UnknownFamilyError(LigerKitError):
         super().__init__(
             f"{typo}For a model family outside Liger's registry, run `ligerkit suggest {_modeling_module(family)}` "
             f"(or the path of your own modeling file): it probes the module's norm, MLP and rotary symbols and "
-            f"prints a verified custom_patches map to pass to kit.apply. Liger has no helper for model family "
+            f"prints a matched custom_patches map to pass to kit.apply. Liger has no helper for model family "
             f"{family!r}; `ligerkit families` lists the {len(known)} families it has."
         )
         self.family = family
@@ -92,7 +95,7 @@ class ModuleConflictError(LigerKitError):
         super().__init__(
             f"Module(s) {', '.join(names)} are both enabled and listed in excluded_modules; the kit will "
             "not pick one for you. Either remove them from `modules`/custom_patches, or pass an "
-            "excluded_modules that leaves them out (loss kernels need a loss-compatibility path)."
+            "excluded_modules that leaves them out (loss kernels change how the loss is normalized: use train.loss.path: fused, the fused loss)."
         )
 
 
@@ -188,7 +191,7 @@ class UncataloguedReplacementError(LigerKitError):
 
 
 class ForeignPatchError(LigerKitError):
-    """Something outside the kit changed what the kit verified (found at the model's first forward)."""
+    """Something outside the kit changed what the kit scanned (found at the model's first forward)."""
 
 
 class RevertedKitError(LigerKitError):
@@ -196,7 +199,11 @@ class RevertedKitError(LigerKitError):
 
 
 class LigerNeedsAcceleratorError(LigerKitError):
-    """Liger is enabled but its kernels cannot run here (no CUDA GPU or NPU, or a CPU device)."""
+    """Liger is enabled but its kernels cannot run here (no CUDA GPU or NPU, or a CPU device): a recipe
+    with ``model.liger_kernel.enabled``, a CPU forward that reaches a Liger kernel, ``smoke``/``bench``."""
+
+
+NoAcceleratorError = LigerNeedsAcceleratorError  # the name ligerkit.proof.arms gave it: an alias, one class
 
 
 class TrainerConflictError(LigerKitError):
@@ -206,3 +213,73 @@ class TrainerConflictError(LigerKitError):
 class CompileModeError(LigerKitError):
     """Compile mode (``apply(..., compile=True)``) cannot route this Liger's kernels to ligerkit's
     operators (a name it rebinds is missing from the installed liger-kernel)."""
+
+
+class SuggestError(LigerKitError):
+    """The module or config for ``suggest`` cannot be loaded."""
+
+
+class FusedLossRefusedError(LigerKitError):
+    """The model transforms its logits in a way the fused loss cannot reproduce exactly."""
+
+
+class ConfigError(LigerKitError):
+    """A recipe config is invalid (unknown key, wrong type, inconsistent values, a missing file).
+    ``problems`` holds each problem on its own (one, or every one a check found at once)."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()):
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+
+
+class RecipeError(LigerKitError):
+    """A recipe folder is missing something or its engine cannot be loaded."""
+
+
+class DataError(LigerKitError):
+    """A dataset file or tokenizer cannot be used (missing, not text, no documents, wrong field)."""
+
+
+class TrainingStopped(StoppedEarly):
+    """The run stopped before its last step (a signal, ``train.stop_after_steps``); it can be resumed."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NonFiniteError(LigerKitError):
+    """A loss or gradient norm was NaN or infinite; the run stopped before updating the weights."""
+
+
+class RunDirError(LigerKitError):
+    """A run folder cannot be used as asked (it holds another run, or is not a run to resume)."""
+
+
+class ResumeConfigError(RunDirError):
+    """``--resume`` with a config that would train another run than the one in the folder."""
+
+
+class CheckpointError(LigerKitError):
+    """No usable checkpoint where one was expected, or a checkpoint that cannot be read."""
+
+    def __init__(self, message: str, file: Path | None = None):
+        super().__init__(message)
+        self.file = file
+
+
+class CheckpointFileError(CheckpointError):
+    """One file of a checkpoint is damaged, missing, or not plain data (a pickle that asks for code)."""
+
+    def __init__(self, file: Path, reason: str):
+        super().__init__(f"{file}: {reason}", file)
+        self.file: Path = file
+        self.reason = reason
+
+
+class ArmFailedError(LigerKitError):
+    """One arm's training process failed (``smoke``, ``bench``)."""
+
+
+class PlotError(LigerKitError):
+    """A result lacks what its plot draws."""

@@ -15,7 +15,7 @@ import sys
 import typing
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -239,15 +239,34 @@ def model_class_for(config: Any) -> type:
     )
 
 
-def build_meta_model(config: Any) -> Any:
-    """Instantiate the config's model class on the meta device (no memory, no weights)."""
+def build_model(config: Any, cls: type | None = None, *, path: str | os.PathLike[str] | None = None,
+                dtype: Any = None, device: Any = None, quiet: bool = False,
+                from_pretrained: dict[str, Any] | None = None) -> Any:
+    """The one transformers model build: ``cls`` (default :func:`model_class_for`) from ``config``.
+
+    With ``path``, the local checkpoint there with its weights (``from_pretrained``, never a download,
+    with the keywords of the ``from_pretrained`` mapping); else randomly initialized from ``config``. In
+    ``dtype`` where given, created under ``torch.device(device)`` where given (``"meta"``: no memory, no
+    weights); ``quiet`` silences transformers' warnings. Whatever the build raises is raised as it is.
+    """
     import torch
 
+    cls = cls if cls is not None else model_class_for(config)
+    with (warnings.catch_warnings() if quiet else nullcontext(),
+          torch.device(device) if device is not None else nullcontext()):
+        if quiet:
+            warnings.simplefilter("ignore")
+        if path is not None:
+            return cls.from_pretrained(str(path), config=config, local_files_only=True, dtype=dtype,
+                                       **(from_pretrained or {}))
+        return cls._from_config(config, dtype=dtype) if dtype is not None else cls._from_config(config)
+
+
+def build_meta_model(config: Any) -> Any:
+    """Instantiate the config's model class on the meta device (no memory, no weights)."""
     cls = model_class_for(config)
     try:
-        with warnings.catch_warnings(), torch.device("meta"):
-            warnings.simplefilter("ignore")
-            return cls._from_config(config)
+        return build_model(config, cls, device="meta", quiet=True)
     except Exception as exc:
         raise ModelBuildError(
             f"Could not build {cls.__name__} from the {config.model_type!r} config on the meta device "

@@ -46,7 +46,7 @@ def plan(
     modules: Modules = "auto",
     excluded_modules: Sequence[str] = LOSS_MODULES,
 ) -> PlanResult:
-    """Apply on a fresh kit, meta-build the model, verify, and revert (always)."""
+    """Apply on a fresh kit, meta-build the model, scan it, and revert (always)."""
     kit = LigerKernelKit()
     if model_path is not None:
         config = load_local_config(model_path)
@@ -62,7 +62,7 @@ def plan(
         if config is None:
             config = default_config(report.applications[0].family or family)
         model = build_meta_model(config)
-        scan = kit.verify(model)
+        scan = kit.scan(model)
         return PlanResult(report, scan, f"{type(model).__module__}.{type(model).__qualname__}", source)
     finally:
         kit.revert()

@@ -17,7 +17,7 @@ from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.parent.name for p in ROOT.glob("recipes/*/configs"))
-OFF, ON, COMPILE = "model.liger_kernel.enabled=false", "model.liger_kernel.enabled=true", "train.compile=true"
+OFF, ON, COMPILE = "model.liger_kernel.enabled=false", "model.liger_kernel.enabled=true", "train.compile=ops"
 
 
 @pytest.mark.gpu

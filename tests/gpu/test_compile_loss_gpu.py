@@ -39,9 +39,9 @@ RECIPES = [pytest.param(name, marks=EAGER_IS_THE_OUTLIER) if name == "diffllama"
            for name in sorted(p.parent.name for p in ROOT.glob("recipes/*/configs"))]
 COMMON = ["train.micro_batch_size=2", "train.progress=false", "train.arm=null"]
 ARMS = {
-    "eager": ["model.liger_kernel.enabled=false", "train.compile=false"],
-    "compile": ["model.liger_kernel.enabled=false", "train.compile=true"],
-    "liger_compile": ["model.liger_kernel.enabled=true", "train.compile=true"],
+    "eager": ["model.liger_kernel.enabled=false", "train.compile=off"],
+    "compile": ["model.liger_kernel.enabled=false", "train.compile=ops"],
+    "liger_compile": ["model.liger_kernel.enabled=true", "train.compile=ops"],
 }
 
 

@@ -1,4 +1,4 @@
-"""GPU: the fused loss path's Liger kernel loop gives the standard path's loss and gradients."""
+"""GPU: the fused loss's Liger kernel loop gives the standard loss's loss and gradients."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ CUDA's sync debug mode (``ligerkit.proof.syncs.SyncCounter``) names the Python l
 synchronization. The own trainer, qwen3 recipe at a small size with two micro-batches per step, each
 Liger arm: the synchronizations made from ligerkit's own code are at most one per step (reading the
 loss and the gradient norm, for the log line and the non-finite check), none per micro-batch. HF
-Trainer with ``FusedTokenLossTrainer``: the fused loss reads the step's token count once per step.
+Trainer with ``FusedLossTrainer``: the fused loss reads the step's token count once per step.
 Synchronizations in transformers' or Liger's own code are counted and reported, not asserted.
 """
 

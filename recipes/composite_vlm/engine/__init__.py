@@ -17,7 +17,7 @@ from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
 from ligerkit.train.checks import build_config
 from ligerkit.train.config import ConfigError
-from ligerkit.train.data import fill_text_from_corpus, sample_generator
+from ligerkit.train.data import multimodal_batch
 from ligerkit.train.models import resolve_dtype
 from recipes.composite_vlm.data import make_batch
 from recipes.composite_vlm.model.modeling_composite import CompositeVLM, CompositeVLMConfig
@@ -64,16 +64,12 @@ class CompositeVLMEngine(RecipeEngine):
         return model.to(resolve_dtype(self.config.model.dtype, device))
 
     def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The LLM's final hidden states over image + text positions (fused loss path)."""
+        """The LLM's final hidden states over image + text positions (the fused loss)."""
         return model.hidden_states(**{k: v for k, v in batch.items() if k != "labels"})
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Image + text samples ``start..start+size-1``, deterministic per index."""
-        generator = sample_generator(self.config.seed, start)
-        batch = make_batch(self.model_config(), size, self.config.data.seq_len, generator=generator,
-                           motif_seed=self.config.seed)
-        if self.config.data.kind == "corpus":
-            fill_text_from_corpus(batch, self.config.data, self.config.seed, start)
+        batch = multimodal_batch(make_batch, self.model_config(), self.config.data, self.config.seed, start, size)
         if torch.cuda.is_available() and self.config.model.dtype != "float32":
             batch["pixel_values"] = batch["pixel_values"].to(torch.bfloat16)
         return batch

@@ -13,9 +13,7 @@ from liger_kernel.transformers.rms_norm import LigerRMSNormForGemma2
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
 from ligerkit import LigerKernelKit, LigerPatch
-from ligerkit.train import RecipeEngine
-from ligerkit.train.checks import build_config
-from ligerkit.train.models import resolve_dtype
+from ligerkit.train.custom_model import CustomModelEngine
 from recipes.custom_lm.model.modeling_custom_lm import CustomLMConfig, CustomLMForCausalLM
 
 MODELING = "recipes.custom_lm.model.modeling_custom_lm"
@@ -28,9 +26,11 @@ PATCHES = {
 }
 
 
-class CustomLMEngine(RecipeEngine):
-    """Custom route only: ``model.source: custom``."""
+class CustomLMEngine(CustomModelEngine):
+    """Custom route only: ``model.source: custom`` (the model is built from ``CustomLMConfig``)."""
 
+    config_class = CustomLMConfig
+    model_class = CustomLMForCausalLM
     liger_kit: LigerKernelKit
 
     def prepare_model(self, device: torch.device) -> torch.nn.Module:
@@ -38,17 +38,3 @@ class CustomLMEngine(RecipeEngine):
         if self.liger_enabled:
             self.liger_kit.apply(**self.custom_liger(PATCHES, self.model_config()))
         return self.build_model(device)
-
-    def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""
-        return model.model(batch["input_ids"], attention_mask=batch.get("attention_mask"))
-
-    def model_config(self) -> CustomLMConfig:
-        """``model.config`` as the recipe's own config class (every key checked)."""
-        return build_config(CustomLMConfig, self.config.model.config)
-
-    def build_model(self, device: torch.device) -> torch.nn.Module:
-        """Build on ``device`` from ``model.config``."""
-        with torch.device(device):
-            model = CustomLMForCausalLM(self.model_config())
-        return model.to(resolve_dtype(self.config.model.dtype, device))

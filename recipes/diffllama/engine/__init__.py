@@ -21,7 +21,7 @@ from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
 
 MODELING = "transformers.models.diffllama.modeling_diffllama"
-# ``ligerkit suggest``'s verified map for this family (Liger's registry has no ``diffllama``).
+# ``ligerkit suggest``'s matched map for this family (Liger's registry has no ``diffllama``).
 PATCHES = {
     "swiglu": LigerPatch(MODELING, "DiffLlamaMLP", LigerSwiGLUMLP),
     "rope": LigerPatch(MODELING, "apply_rotary_pos_emb", liger_rotary_pos_emb),

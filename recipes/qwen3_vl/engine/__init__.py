@@ -13,7 +13,7 @@ import torch
 
 from ligerkit import LigerKernelKit
 from ligerkit.train import RecipeEngine
-from ligerkit.train.data import fill_text_from_corpus, sample_generator
+from ligerkit.train.data import multimodal_batch
 from recipes.qwen3_vl.data import make_batch
 
 
@@ -38,11 +38,7 @@ class Qwen3VLEngine(RecipeEngine):
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Samples ``start..start+size-1``: one synthetic image per sample, deterministic per index."""
-        generator = sample_generator(self.config.seed, start)
-        batch = make_batch(self.model_config(), size, self.config.data.seq_len, generator=generator,
-                           motif_seed=self.config.seed)
-        if self.config.data.kind == "corpus":
-            fill_text_from_corpus(batch, self.config.data, self.config.seed, start)
+        batch = multimodal_batch(make_batch, self.model_config(), self.config.data, self.config.seed, start, size)
         return {k: (v.to(torch.bfloat16) if k == "pixel_values" and self._bf16 else v) for k, v in batch.items()}
 
     @property

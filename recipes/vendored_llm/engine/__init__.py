@@ -13,9 +13,7 @@ from liger_kernel.transformers.rope import liger_rotary_pos_emb
 from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
 from ligerkit import LigerKernelKit, LigerPatch
-from ligerkit.train import RecipeEngine
-from ligerkit.train.checks import build_config
-from ligerkit.train.models import resolve_dtype
+from ligerkit.train.custom_model import CustomModelEngine
 from recipes.vendored_llm.model.modeling_vendored_llama import VendoredLlamaConfig, VendoredLlamaForCausalLM
 
 MODELING = "recipes.vendored_llm.model.modeling_vendored_llama"
@@ -27,9 +25,11 @@ PATCHES = {
 }
 
 
-class VendoredLlamaEngine(RecipeEngine):
-    """Custom route pointed at the vendored modeling module."""
+class VendoredLlamaEngine(CustomModelEngine):
+    """Custom route pointed at the vendored modeling module (the model is built from ``VendoredLlamaConfig``)."""
 
+    config_class = VendoredLlamaConfig
+    model_class = VendoredLlamaForCausalLM
     liger_kit: LigerKernelKit
 
     def prepare_model(self, device: torch.device) -> torch.nn.Module:
@@ -37,17 +37,3 @@ class VendoredLlamaEngine(RecipeEngine):
         if self.liger_enabled:
             self.liger_kit.apply(**self.custom_liger(PATCHES, self.model_config()))
         return self.build_model(device)
-
-    def forward_hidden(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The decoder's final hidden states, before ``lm_head`` (fused loss path)."""
-        return model.model(batch["input_ids"], attention_mask=batch.get("attention_mask"))
-
-    def model_config(self) -> VendoredLlamaConfig:
-        """``model.config`` as the vendored config class (every key checked)."""
-        return build_config(VendoredLlamaConfig, self.config.model.config)
-
-    def build_model(self, device: torch.device) -> torch.nn.Module:
-        """Build on ``device`` from ``model.config``."""
-        with torch.device(device):
-            model = VendoredLlamaForCausalLM(self.model_config())
-        return model.to(resolve_dtype(self.config.model.dtype, device))

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console, ConsoleDimensions
 from typer.core import TyperCommand
 
-from ligerkit.errors import InvalidOptionError, LigerKitError, StoppedEarly
+from ligerkit.errors import InvalidOptionError, LigerKitError, LigerNeedsAcceleratorError, StoppedEarly
 from ligerkit.naming import LOSS_MODULES
 
 # Plain (click) help: boolean options show as bare flags, every option shows its metavar.
@@ -259,7 +259,7 @@ def require_gpu(verb: str) -> None:
 
     try:
         arms.require_accelerator(verb)
-    except arms.NoAcceleratorError as exc:
+    except LigerNeedsAcceleratorError as exc:
         err.print(str(exc), markup=False, soft_wrap=True)
         raise typer.Exit(arms.NO_GPU_EXIT) from None
 

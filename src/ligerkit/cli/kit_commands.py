@@ -44,7 +44,7 @@ def families(as_json: JsonOpt = False) -> None:
     run(body)
 
 
-@command("Apply, build on the meta device, verify, report, revert.")
+@command("Apply, build on the meta device, scan, report, revert.")
 def plan(
     family: Annotated[str | None, typer.Option("--family", metavar="FAMILY",
                                                help="Liger family (model_type), e.g. qwen3.")] = None,
@@ -55,7 +55,7 @@ def plan(
         metavar="NAMES", help="Modules kept off (comma-separated; 'none' for none). Default: the loss kernels.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Apply, build the model on the meta device, verify the swaps reached it, print the report, revert.
+    """Apply, build the model on the meta device, scan that the swaps reached it, print the report, revert.
 
     With no options it plans the built-in default: a small Qwen3. Each option may be given once.
     """
@@ -78,7 +78,7 @@ def plan(
     run(body)
 
 
-@command("Probe a modeling module's symbols; print the verified map.")
+@command("Probe a modeling module's symbols; print the map of the matches.")
 def suggest(
     module: Annotated[str, typer.Argument(metavar="MODULE",
                                           help="Modeling module (dotted name) or .py file, e.g. a vendored copy. "
@@ -94,7 +94,8 @@ def suggest(
                                                     "float32 (exit 1 FAIL, 4 PARTIAL, 3 no GPU).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Probe every norm / MLP / rotary symbol of a modeling module and print the verified custom_patches map.
+    """Probe every norm / MLP / rotary symbol of a modeling module and print the custom_patches map of the
+    matches.
 
     Each candidate is compared, forward and backward in float32 and bfloat16, against the pure-PyTorch
     reference of every compatible Liger replacement; anything that does not match exactly is left off.
@@ -164,7 +165,7 @@ def suggest(
         for c in result.candidates:
             table.add_row(c.symbol, c.kind, c.verdict, c.replacement or "-", c.reason)
         out.print(table)
-        out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates verified", markup=False)
+        out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates matched", markup=False)
         sys.stdout.write(result.patches_code() + "\n")  # unwrapped: ready to paste
         if grads is not None or unseen:
             out.print(grads.summary() if grads is not None else unseen, markup=False, soft_wrap=True)
@@ -188,7 +189,7 @@ def _no_gpu() -> str | None:
 
     if accelerator() == "cuda":
         return None
-    return ("suggest --gpu: no CUDA GPU here, so the map above was verified on the CPU only (forward and backward "
+    return ("suggest --gpu: no CUDA GPU here, so the map above was probed on the CPU only (forward and backward "
             "against the reference math, in-place writes in the whole model on the CPU); run the same command on "
             "a GPU machine to prove it with per-parameter gradients of the whole model")
 
@@ -205,7 +206,7 @@ def check(
                                  "the shipped composite_vlm example.", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a recipe on the CPU: structure, every config, plan + meta-device build + verify.
+    """Check a recipe on the CPU: structure, every config, plan + meta-device build + scan.
 
     Works from any folder: a name that is not a folder here is looked up among the recipes shipped
     with this checkout. Each step is announced on stderr as it starts (a check takes tens of
@@ -259,12 +260,12 @@ def _ablation(result: Any) -> dict[str, Any]:
 
 
 def _suggest_gradients(result: Any) -> Any:
-    """Gradient parity of a suggestion's map on the GPU (``None`` when nothing was verified)."""
+    """Gradient parity of a suggestion's map on the GPU (``None`` when nothing matched)."""
     import torch
 
     from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
 
     patches = suggested_patches(result)
     if not patches:
-        raise InvalidOptionError("suggest --gpu: no candidate was verified, so there is no map to prove.")
+        raise InvalidOptionError("suggest --gpu: no candidate matched, so there is no map to prove.")
     return map_grad_parity(result.module_object, result.config_object, patches, torch.device("cuda"))

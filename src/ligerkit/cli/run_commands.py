@@ -214,7 +214,9 @@ def bench(
     eager, or compile for compiled arms). The recommendation, printed last and written to bench.json
     and bench.md, is the fastest arm whose per-step loss stays within --loss-tolerance of eager's and
     whose gradients pass, with the config lines that select it (train.arm: NAME). Each arm's run sets
-    train.arm to its own name, whatever the config says. Exit 3 (with a message) without a GPU.
+    train.arm to its own name, whatever the config says. An arm that runs out of memory is a result:
+    named under the table and left out of the ratios and the recommendation (eager, the reference,
+    must fit). Exit 3 (with a message) without a GPU.
     """
     from pathlib import Path
 

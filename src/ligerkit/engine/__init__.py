@@ -1,13 +1,15 @@
-"""Deprecated: the recipe engine moved to :mod:`ligerkit.train`.
+"""Deprecated: the recipe engine moved to :mod:`ligerkit.train` (importing this warns).
 
 ``Engine`` keeps the first layout's hooks working for recipes written against it:
 ``official_family()``, ``custom_patches()`` and ``probe_config()`` drive its ``prepare_model``, and
 ``engine.train()`` runs the :class:`~ligerkit.train.Trainer`. New recipes subclass
-:class:`~ligerkit.train.RecipeEngine` and show their wiring in their own ``prepare_model``.
+:class:`~ligerkit.train.RecipeEngine` and show their wiring in their own ``prepare_model``. Nothing in
+ligerkit imports this module; it stays importable as the earlier contract for such recipes.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -15,6 +17,9 @@ import torch
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.train import RecipeConfig, RecipeEngine, Trainer, TrainResult, load_engine, load_recipe
 
+warnings.warn("ligerkit.engine is deprecated: subclass ligerkit.train.RecipeEngine and show the wiring in its own "
+              "prepare_model (ligerkit.engine.Engine keeps the first layout's hooks working for now)",
+              DeprecationWarning, stacklevel=2)
 
 class Engine(RecipeEngine):
     """The first layout's recipe base class, on top of :class:`RecipeEngine`."""

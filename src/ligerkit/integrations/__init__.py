@@ -4,8 +4,9 @@
   ``model.ligerkit`` (kit, report, scan) and the kit stays applied until you revert it.
 - :func:`token_loss`: the token-normalized causal-LM loss of a transformers model, fused (logits
   never built) or standard, for Accelerate and plain PyTorch loops.
-- :class:`LigerKitCallback`, :class:`FusedTokenLossTrainer`: Hugging Face Trainer (needs transformers).
-- :class:`LigerKitSFTTrainer`: TRL's ``SFTTrainer`` with the fused token loss (needs ``trl``).
+- :class:`LigerKitCallback`, :class:`FusedLossTrainer`: Hugging Face Trainer (needs transformers).
+  ``FusedTokenLossTrainer`` and ``FusedTokenLossMixin`` are aliases (the names before the rename).
+- :class:`LigerKitSFTTrainer`: TRL's ``SFTTrainer`` with the fused loss (needs ``trl``).
 
 Examples for each are in ``examples/``; ``docs/integrations.md`` walks through them.
 """
@@ -17,10 +18,11 @@ from typing import Any
 from ligerkit.integrations.hf_loss import token_loss, unwrap
 from ligerkit.integrations.model import LigerKitHandle, attach, kit_of, load_model
 
-__all__ = ["FusedTokenLossMixin", "FusedTokenLossTrainer", "LigerKitCallback", "LigerKitHandle", "LigerKitSFTTrainer",
+__all__ = ["FusedLossMixin", "FusedLossTrainer", "LigerKitCallback", "LigerKitHandle", "LigerKitSFTTrainer",
            "attach", "kit_of", "load_model", "refuse_trainer_liger", "token_loss", "unwrap"]
 
-_LAZY = {"FusedTokenLossMixin": "hf_trainer", "FusedTokenLossTrainer": "hf_trainer", "LigerKitCallback": "hf_trainer",
+_LAZY = {"FusedLossMixin": "hf_trainer", "FusedLossTrainer": "hf_trainer", "FusedTokenLossMixin": "hf_trainer",
+         "FusedTokenLossTrainer": "hf_trainer", "LigerKitCallback": "hf_trainer",
          "refuse_trainer_liger": "hf_trainer", "LigerKitSFTTrainer": "trl"}
 
 

@@ -2,7 +2,7 @@
 
 ``token_loss(model, batch, num_valid_tokens)`` is ``sum of cross entropy over the shifted labels /
 num_valid_tokens``: what transformers' own causal-LM loss computes when it is given
-``num_items_in_batch``. The fused path never builds the logits: the model is called (through any
+``num_items_in_batch``. The fused loss never builds the logits: the model is called (through any
 wrapper: DDP, FSDP2, accelerate, TRL's rebound forward) with ``logits_to_keep=1``, a forward hook
 on its backbone keeps the final hidden states, and ``ligerkit.loss.fused_linear_token_loss`` takes
 them with the output head, a chunk of rows at a time. The one logit row the model still computes per
@@ -50,7 +50,7 @@ def token_loss(model: nn.Module, batch: dict[str, Any], num_valid_tokens: float 
             whole optimizer step (Trainer's ``num_items_in_batch``), divided by the number of
             processes when gradients are averaged across them; default: this batch's own count.
         path: ``fused`` (never builds the logits) or ``standard`` (the model's full logits).
-        chunk_tokens: rows of logits that exist at once on the fused path.
+        chunk_tokens: rows of logits that exist at once with the fused loss.
     """
     if "labels" not in batch:
         raise InvalidOptionError("token_loss needs batch['labels'] (token ids, -100 where a token does not count)")
@@ -80,13 +80,13 @@ def _hidden_states(model: nn.Module, core: nn.Module, inputs: dict[str, Any]) ->
     """Call ``model`` for one logit row per sequence; return the backbone's final hidden states and that row."""
     if "logits_to_keep" not in inspect.signature(type(core).forward).parameters:
         raise FusedLossRefusedError(
-            f"{type(core).__name__}.forward takes no logits_to_keep, so the fused path cannot stop it from building "
+            f"{type(core).__name__}.forward takes no logits_to_keep, so the fused loss cannot stop it from building "
             "every logit; use path='standard' for this model"
         )
     backbone = getattr(core, "base_model", None)
     if not isinstance(backbone, nn.Module) or backbone is core:
         raise FusedLossRefusedError(f"{type(core).__name__} has no separate backbone (base_model) whose hidden states "
-                                    "the fused path could take; use path='standard' for this model")
+                                    "the fused loss could take; use path='standard' for this model")
     seen: list[torch.Tensor] = []
 
     def keep(module: nn.Module, args: Any, output: Any) -> None:
@@ -100,5 +100,5 @@ def _hidden_states(model: nn.Module, core: nn.Module, inputs: dict[str, Any]) ->
         handle.remove()
     if len(seen) != 1:
         raise FusedLossRefusedError(f"the backbone of {type(core).__name__} ran {len(seen)} times in one forward; the "
-                                    "fused path needs exactly one run: use path='standard' for this model")
+                                    "fused loss needs exactly one run: use path='standard' for this model")
     return seen[0], out.logits

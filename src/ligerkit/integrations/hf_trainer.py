@@ -1,16 +1,16 @@
-"""Hugging Face Trainer: a callback that keeps the kit's word, and the fused token loss in Trainer.
+"""Hugging Face Trainer: a callback that keeps the kit's word, and the fused loss in Trainer.
 
     model = load_model(path)
-    trainer = FusedTokenLossTrainer(model=model, args=args, train_dataset=data,
+    trainer = FusedLossTrainer(model=model, args=args, train_dataset=data,
                                     callbacks=[LigerKitCallback()])
     trainer.train()
 
 :class:`LigerKitCallback` refuses ``TrainingArguments(use_liger_kernel=True)`` when the Trainer is
 built (Trainer would run Liger's helper again inside ``train()`` and turn on the loss kernel the kit
 keeps off), writes the kit's report and scan to ``<output_dir>/ligerkit.json`` and onto
-``trainer.state.ligerkit``, and logs one line. :class:`FusedTokenLossMixin` computes Trainer's own
+``trainer.state.ligerkit``, and logs one line. :class:`FusedLossMixin` computes Trainer's own
 loss (cross entropy summed over shifted labels, divided by ``num_items_in_batch``, times the number of
-processes when ``average_tokens_across_devices`` is on) through ``ligerkit``'s fused path, so the
+processes when ``average_tokens_across_devices`` is on) through ``ligerkit``'s fused loss, so the
 logits are never built.
 """
 
@@ -39,7 +39,7 @@ def refuse_trainer_liger(args: Any) -> None:
             "TrainingArguments(use_liger_kernel=True) makes the trainer run Liger's helper again on a model the kit "
             "already patched (and turns on Liger's fused loss, which changes how the loss is normalized). Set "
             "use_liger_kernel=False: the kit's swaps are in the model; for a fused loss, train with "
-            "ligerkit.integrations.FusedTokenLossTrainer (or LigerKitSFTTrainer under TRL)."
+            "ligerkit.integrations.FusedLossTrainer (or LigerKitSFTTrainer under TRL)."
         )
 
 
@@ -48,7 +48,7 @@ class LigerKitCallback(TrainerCallback):
 
     Args:
         handle: the model's kit handle; by default the one :func:`load_model` attached to the
-            Trainer's model, else the kit whose ``kit.verify(model)`` scanned it.
+            Trainer's model, else the kit whose ``kit.scan(model)`` scanned it.
     """
 
     def __init__(self, handle: LigerKitHandle | None = None):
@@ -60,7 +60,7 @@ class LigerKitCallback(TrainerCallback):
         self.handle = self.handle or kit_of(model)
         if self.handle is None:
             raise LigerKitError(
-                "Call kit.verify(model) on the model you built under kit.apply (or build it with "
+                "Call kit.scan(model) on the model you built under kit.apply (or build it with "
                 "ligerkit.integrations.load_model) before creating the Trainer: LigerKitCallback found no kit on "
                 "the Trainer's model."
             )
@@ -108,23 +108,23 @@ def refuse_inline_compile(args: Any, report: Any) -> None:
 
 
 def refuse_fused_conflicts(args: Any, compute_loss_func: Any = None) -> None:
-    """Raise :class:`TrainerConflictError` for trainer settings the fused token loss cannot honour."""
+    """Raise :class:`TrainerConflictError` for trainer settings the fused loss cannot honour."""
     if args is None:
         return
     refuse_trainer_liger(args)
     if compute_loss_func is not None or getattr(args, "label_smoothing_factor", 0.0):
-        raise TrainerConflictError("the fused token loss replaces the Trainer's loss: drop compute_loss_func and "
+        raise TrainerConflictError("the fused loss replaces the Trainer's loss: drop compute_loss_func and "
                                    "label_smoothing_factor, or use the plain Trainer class")
     if getattr(args, "loss_type", "nll") not in ("nll", None):
-        raise TrainerConflictError(f"loss_type={args.loss_type!r} weights tokens differently; the fused token loss "
+        raise TrainerConflictError(f"loss_type={args.loss_type!r} weights tokens differently; the fused loss "
                                    "is the plain negative log-likelihood: set loss_type='nll' or use the trainer's loss")
     if args.n_gpu > 1:
-        raise TrainerConflictError("the fused token loss does not run under nn.DataParallel (several GPUs in one "
+        raise TrainerConflictError("the fused loss does not run under nn.DataParallel (several GPUs in one "
                                    "process): launch with torchrun or accelerate, or make one GPU visible")
 
 
-class FusedTokenLossMixin:
-    """Trainer's causal-LM loss through ``ligerkit``'s fused path; mix in before a Trainer class.
+class FusedLossMixin:
+    """Trainer's causal-LM loss through ``ligerkit``'s fused loss; mix in before a Trainer class.
 
     Training: ``sum of cross entropy over shifted labels / num_items_in_batch`` (the valid labels of
     the whole accumulated step, counted across processes when ``average_tokens_across_devices``), times
@@ -160,9 +160,9 @@ class FusedTokenLossMixin:
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: torch.Tensor | int | None = None) -> Any:
-        """The fused token loss (see the class docstring)."""
+        """The fused loss (see the class docstring)."""
         if "labels" not in inputs:
-            raise TrainerConflictError("the fused token loss needs labels in every batch (a causal-LM collator "
+            raise TrainerConflictError("the fused loss needs labels in every batch (a causal-LM collator "
                                        "adds them); this batch has only " + ", ".join(sorted(inputs)))
         if return_outputs or not model.training:
             outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
@@ -179,5 +179,9 @@ class FusedTokenLossMixin:
         return loss
 
 
-class FusedTokenLossTrainer(FusedTokenLossMixin, Trainer):
+class FusedLossTrainer(FusedLossMixin, Trainer):
     """``transformers.Trainer`` whose causal-LM loss never builds the logits (same loss, same gradients)."""
+
+
+# Aliases: the names before the rename to "fused loss", kept for earlier callers.
+FusedTokenLossMixin, FusedTokenLossTrainer = FusedLossMixin, FusedLossTrainer

@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from ligerkit.errors import InvalidOptionError, ModelBuildError
-from ligerkit.hf import load_config, model_class_for
+from ligerkit.hf import build_model, load_config, model_class_for
 from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult
-from ligerkit.kit.core import verified_by
+from ligerkit.kit.core import scanned_by
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.kit.official import Modules
 from ligerkit.naming import LOSS_MODULES
@@ -59,7 +59,7 @@ def _no_handle() -> None:
 
 
 def kit_of(model: Any) -> LigerKitHandle | None:
-    """The handle ``load_model`` attached, else the kit whose ``kit.verify`` scanned the model, looking
+    """The handle ``load_model`` attached, else the kit whose ``kit.scan`` scanned the model, looking
     through DDP/FSDP/compile/PEFT wrappers; else ``None``."""
     seen: set[int] = set()
     while model is not None and id(model) not in seen:
@@ -67,9 +67,9 @@ def kit_of(model: Any) -> LigerKitHandle | None:
         handle = vars(model).get("ligerkit") if hasattr(model, "__dict__") else None
         if isinstance(handle, LigerKitHandle):
             return handle
-        verified = verified_by(model) if isinstance(model, nn.Module) else None
-        if verified is not None:
-            return LigerKitHandle(verified[0], verified[0].report, verified[1])
+        scanned = scanned_by(model) if isinstance(model, nn.Module) else None
+        if scanned is not None:
+            return LigerKitHandle(scanned[0], scanned[0].report, scanned[1])
         inner = None
         for attr in ("module", "_orig_mod", "base_model", "model"):
             candidate = getattr(model, attr, None)
@@ -155,17 +155,14 @@ def load_model(
                        dtype, model_kwargs)
         if device is not None:
             model = model.to(device)
-        scan = kit.verify(model)
+        scan = kit.scan(model)
     attach(model, kit, scan)
     return model
 
 
 def _build(cls: type, config: Any, path: Path | None, dtype: Any, model_kwargs: dict[str, Any]) -> nn.Module:
     try:
-        if path is not None:
-            return cls.from_pretrained(str(path), config=config, local_files_only=True, dtype=dtype, **model_kwargs)
-        model = cls._from_config(config, dtype=dtype) if dtype is not None else cls._from_config(config)
-        return model
+        return build_model(config, cls, path=path, dtype=dtype, from_pretrained=model_kwargs)
     except Exception as exc:
         raise ModelBuildError(f"could not build {cls.__name__} ({type(exc).__name__}: {exc}); the kit's swaps of this "
                               "call were reverted") from exc

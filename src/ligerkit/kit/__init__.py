@@ -1,4 +1,4 @@
-"""The kit: apply / revert / verify, Liger's family registry, the ledger, the report, the scan."""
+"""The kit: apply / revert / scan, Liger's family registry, the ledger, the report, the scan."""
 
 from ligerkit.kit.core import LOSS_MODULES, LigerKernelKit
 from ligerkit.kit.custom import LigerPatch

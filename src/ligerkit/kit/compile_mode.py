@@ -60,8 +60,8 @@ def _rebind(route: Route, ledger: Ledger) -> Swap | None:
     if now is MISSING:
         raise CompileModeError(
             f"compile mode rebinds {route.module}.{route.attr}, which this liger-kernel does not have "
-            f"({environment_summary()}); install the tested liger-kernel, or set train.liger_compile_ops=false "
-            "(apply without compile=True) and do not compile the model"
+            f"({environment_summary()}); install the tested liger-kernel, or set train.compile: off "
+            "(outside a recipe: apply without compile=True) and do not compile the model"
         )
     if now is route.replacement:
         other = ledger.made_elsewhere(module, route.attr, route.replacement)

@@ -4,17 +4,18 @@
     report = kit.apply(model_name_or_path=path, modules="auto")          # official route
     report = kit.apply(model_family="myvlm", custom_patches={...})        # custom route
     model = build_model(...)
-    kit.verify(model)                                                     # post-build scan + guard
+    kit.scan(model)                                                       # post-build scan + guard
     ...train...
     kit.revert()                                                          # exact undo, when done
 
 The kit must stay applied for as long as the model it built is used: a model keeps the Liger
 module classes it was built with, while functions (rotary) and class methods go back to the
-originals on revert. ``verify`` leaves a guard that refuses such a mix, and anything that changed
+originals on revert. ``scan`` leaves a guard that refuses such a mix, and anything that changed
 the kit's swaps or turned Liger's loss kernel on behind its back, at the model's first forward.
 
 Several ``apply`` calls on one kit (official for a known LLM, then a custom map for a novel
-encoder) form the composite route: one ledger, one aggregated ``kit.report``.
+encoder) form the composite route: one ledger, one aggregated ``kit.report``. ``kit.verify`` is an
+alias of ``kit.scan``, its name before the rename.
 """
 
 from __future__ import annotations
@@ -49,14 +50,17 @@ from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_
 
 
 log = logging.getLogger("ligerkit.kit")
-_VERIFIED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, ScanResult]] = weakref.WeakKeyDictionary()
+_SCANNED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, ScanResult]] = weakref.WeakKeyDictionary()
 
 
-def verified_by(model: nn.Module) -> tuple[LigerKernelKit, ScanResult] | None:
-    """The kit whose ``verify`` last scanned ``model``, and that scan (``None`` if none did, or it is gone):
+def scanned_by(model: nn.Module) -> tuple[LigerKernelKit, ScanResult] | None:
+    """The kit whose ``scan`` last scanned ``model``, and that scan (``None`` if none did, or it is gone):
     how an integration finds the kit of a model built under ``kit.apply``, however it was built."""
-    kit, scan = _VERIFIED.get(model, (lambda: None, None))
+    kit, scan = _SCANNED.get(model, (lambda: None, None))
     return (kit(), scan) if kit() is not None else None
+
+
+verified_by = scanned_by  # alias of scanned_by, kept for callers written before the rename
 
 
 class LigerKernelKit:
@@ -168,9 +172,7 @@ class LigerKernelKit:
         return app
 
     @staticmethod
-    def _family_name(
-        model_name_or_path: str | os.PathLike[str] | None, model_family: str | None, trust: bool
-    ) -> str:
+    def _family_name(model_name_or_path: str | os.PathLike[str] | None, model_family: str | None, trust: bool) -> str:
         if model_family:
             return model_family
         if model_name_or_path is None:
@@ -182,9 +184,8 @@ class LigerKernelKit:
 
     def _turned_on(self, helper: str) -> frozenset[str]:
         """Modules earlier applications on this kit already turned on through ``helper``."""
-        return frozenset(
-            name for app in self._applications if app.helper == helper for name, on in app.modules.items() if on
-        )
+        return frozenset(name for app in self._applications if app.helper == helper
+                         for name, on in app.modules.items() if on)
 
     @property
     def report(self) -> LigerKernelReport:
@@ -227,8 +228,7 @@ class LigerKernelKit:
 
     @contextmanager
     def _undone_after(self, always: bool) -> Iterator[None]:
-        keep = len(self._ledger.entries)
-        apps = len(self._applications)
+        keep, apps = len(self._ledger.entries), len(self._applications)
         failed = True
         try:
             yield
@@ -240,7 +240,7 @@ class LigerKernelKit:
                 finally:
                     del self._applications[apps:]
 
-    def verify(self, model: Any, strict: bool = True) -> ScanResult:
+    def scan(self, model: Any, strict: bool = True) -> ScanResult:
         """Scan a built model and guard it until its first forward.
 
         Every class swap must be the class of the matching submodules: raises
@@ -253,8 +253,8 @@ class LigerKernelKit:
         """
         if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
             raise InvalidOptionError(
-                f"verify() takes the built model (an eager torch.nn.Module), got {type(model).__name__}: build the "
-                "model after apply(), then pass it to verify() before any scripting or wrapping."
+                f"scan() takes the built model (an eager torch.nn.Module), got {type(model).__name__}: build the "
+                "model after apply(), then pass it to scan() before any scripting or wrapping."
             )
         stale = self._stale_swaps(model)
         if stale:
@@ -266,8 +266,12 @@ class LigerKernelKit:
         guard = FirstForwardGuard(self._ledger, self._ledger.entries, Snapshot(self._watched_owners()), model, scan)
         guard.install(model)
         self._guards[model] = guard
-        _VERIFIED[model] = (weakref.ref(self), scan)
+        _SCANNED[model] = (weakref.ref(self), scan)
         return scan
+
+    def verify(self, model: Any, strict: bool = True) -> ScanResult:
+        """Alias of :meth:`scan` (its name before the rename), kept for earlier callers."""
+        return self.scan(model, strict)
 
     def _stale_swaps(self, model: nn.Module) -> list[Entry]:
         """Reverted swaps whose replacement class the model still holds (and no live swap explains)."""

@@ -1,6 +1,6 @@
-"""The guard ``verify`` leaves on a model: at its first forward, is it still what was verified?
+"""The guard ``scan`` leaves on a model: at its first forward, is it still what was scanned?
 
-Between ``kit.verify(model)`` and the first training step, other code can change what the model
+Between ``kit.scan(model)`` and the first training step, other code can change what the model
 computes: Hugging Face Trainer with ``use_liger_kernel=True`` runs Liger's helper again on the model
 inside ``train()`` (binding Liger's fused-linear-cross-entropy forward, the loss kernel the kit
 keeps off); a second ``apply_liger_kernel_to_*`` call rebinds classes; someone reverts the kit while
@@ -36,7 +36,7 @@ _LOSS_FORWARD_HINT = (
     "owns its loss normalization; ligerkit.loss has a token-normalized fused loss if you want one)."
 )
 _HELPER_HINT = (
-    "Remove the Liger helper call that ran after kit.verify() (apply_liger_kernel_to_*(model=...), "
+    "Remove the Liger helper call that ran after kit.scan() (apply_liger_kernel_to_*(model=...), "
     "use_liger_kernel=True in Trainer or TRL, _apply_liger_kernel_to_instance): the kit already applied what "
     "the recipe asked for."
 )
@@ -88,7 +88,7 @@ def liger_instances(model: nn.Module) -> set[tuple[str, int]]:
 
 
 class FirstForwardGuard:
-    """A forward pre-hook: the first forward checks the model against what ``verify`` saw."""
+    """A forward pre-hook: the first forward checks the model against what ``scan`` saw."""
 
     def __init__(self, ledger: Ledger, entries: list[Entry], watched: Snapshot, model: nn.Module,
                  scan: ScanResult):
@@ -120,7 +120,7 @@ class FirstForwardGuard:
         self.remove()
 
     def reverted(self) -> list[Entry]:
-        """Verified swaps this kit no longer holds."""
+        """Scanned swaps this kit no longer holds."""
         live = {id(e) for e in self.ledger.entries}
         return [e for e in self.entries if id(e) not in live]
 
@@ -163,7 +163,7 @@ class FirstForwardGuard:
         if problems:
             raise ForeignPatchError(  # the fix first: the details can be long
                 (hint or "Undo that patch, or apply the kit again before building the model.")
-                + " What changed between kit.verify() and the model's first forward: " + "; ".join(problems[:6])
+                + " What changed between kit.scan() and the model's first forward: " + "; ".join(problems[:6])
                 + (" ..." if len(problems) > 6 else "") + "."
             )
         self.check_device(model)

@@ -271,6 +271,6 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
             console.print(f"  no compile-mode operator for {line}: torch.compile traces into Liger's function",
                           markup=False, soft_wrap=True)
     if report.environment_gaps:
-        console.print("Validation gaps:")
+        console.print("Environment gaps (what this machine cannot prove):")
         for gap in report.environment_gaps:
             console.print(f"  - {gap}", soft_wrap=True)

@@ -36,12 +36,12 @@ class ScanResult:
         counts: replacement class name -> number of submodules of that class.
         unused: class swaps whose replacement the model never instantiates (they changed nothing
             for this model).
-        leftovers: original class name -> module paths still of that class (empty when verify
+        leftovers: original class name -> module paths still of that class (empty when the scan
             passed in strict mode).
         stale: stale bindings in other loaded modules.
         function_swaps: swapped functions (not visible as module classes; numerics are checked by
             a GPU smoke run).
-        wrappers: filled at the model's first forward by the guard ``verify`` leaves: wrappers
+        wrappers: filled at the model's first forward by the guard ``scan`` leaves: wrappers
             that changed the model's forward or a watched binding without touching the kit's
             swaps (an autocast wrapper, TRL's LM head), reported rather than refused.
     """

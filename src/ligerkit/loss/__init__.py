@@ -1,4 +1,4 @@
-"""The loss-compatibility path: fused linear cross entropy under the recipe's own normalization,
+"""The fused loss: fused linear cross entropy under the recipe's own normalization,
 and the loss a run trains with, chosen once (``make_loss``)."""
 
 from ligerkit.loss.choice import FusedLoss, LossPath, StandardLoss, make_loss, token_loss_sum, valid_tokens

@@ -98,7 +98,7 @@ def make_loss(path: str, chunk_tokens: int | None = None) -> LossPath:
     """The loss object for ``train.loss`` (``path`` and ``chunk_tokens``)."""
     if path == "standard":
         if chunk_tokens is not None:
-            raise InvalidOptionError("chunk_tokens belongs to the fused loss path; drop it or use path: fused")
+            raise InvalidOptionError("chunk_tokens belongs to the fused loss; drop it or use path: fused")
         return StandardLoss()
     if path == "fused":
         return FusedLoss(chunk_tokens)

@@ -5,7 +5,7 @@
 (the recipe's global count over every micro-batch of the optimizer step and every rank), so it
 equals the recipe's standard loss. On a GPU it runs Liger's fused linear cross entropy: for the
 token-normalized sum, Liger's cross-entropy kernel in the chunk loop of ``liger_chunks`` (the kernel
-divides by the count before it rounds the logits' gradient, as the standard path does); for
+divides by the count before it rounds the logits' gradient, as the standard loss does); for
 per-token output, Liger's FLCE function. On a CPU it runs a chunked PyTorch implementation of the
 same math, each chunk recomputed in backward (checkpointing), so only one chunk's logits ever exist.
 """

@@ -9,15 +9,15 @@ in the backward, so the logits never exist for more than one chunk.
 What differs from calling ``LigerFusedLinearCrossEntropyFunction`` with ``reduction="sum"`` is
 where the division by the recipe's token count ``N`` happens. That function stores
 ``softmax - onehot`` in bf16, sums it into the weight gradient, rounds that to bf16 and only then
-multiplies by ``1/N``: two roundings. The standard path (full logits, float32 cross entropy,
+multiplies by ``1/N``: two roundings. The standard loss (full logits, float32 cross entropy,
 ``loss / N``) rounds ``(softmax - onehot) / N`` once. Here the kernel divides by the caller's
 ``N`` in float32 before it stores the gradient (its ``mean`` reduction with ``n_non_ignore = N``),
 and the weight gradient is accumulated over the chunks in float32 and rounded once, so each bf16
-gradient the path produces is rounded the way the standard path rounds it. Training then follows
-the standard path's trajectory instead of drifting from it (docs/benchmarks.md,
-"Loss-compatibility path").
+gradient the fused loss produces is rounded the way the standard loss rounds it. Training then follows
+the standard loss's trajectory instead of drifting from it (docs/history.md, "Loss-compatibility
+path", the fused loss's name then).
 
-Memory: besides one chunk of logits, the path holds the float32 weight-gradient accumulator (4
+Memory: besides one chunk of logits, the fused loss holds the float32 weight-gradient accumulator (4
 bytes per output-projection weight). It is rounded to the weight's 16-bit dtype inside its own
 storage, so the accumulator and a 16-bit copy never coexist; that copy is what Liger's function
 adds at the end of its forward, which is when the decoder's saved activations peak.
@@ -33,7 +33,7 @@ from ligerkit.naming import IGNORE_INDEX
 # Qwen3-0.6B shape (batch 4 x 4096), 512 rows instead of 1024 lower the Liger + fused arm's peak
 # from 23.681 to 23.536 GiB; tokens/s stayed within the spread of identical runs (80.4k and 80.5k at
 # 512, 85.4k and 79.3k at 1024). Liger's own 128-row default is three times slower in the loss head:
-# docs/benchmarks.md, "Loss-compatibility path" and "Engine tuning".
+# docs/history.md, "Loss-compatibility path" (the fused loss's name then) and "Engine tuning".
 CHUNK_TOKENS = 512
 # Elements converted per step when the float32 weight-gradient accumulator is rounded down.
 _DOWNCAST_BLOCK = 1 << 24

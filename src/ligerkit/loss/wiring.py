@@ -1,6 +1,6 @@
 """Where the fused loss plugs into a model: its output head, and what the head may not hide.
 
-The fused path takes the model's base hidden states and its output projection. That equals the
+The fused loss takes the model's base hidden states and its output projection. That equals the
 model's own logits only if the model does nothing else to them. Final logit softcapping
 (Gemma 2/3) is reproduced exactly; a logit scale (Cohere), a logit divisor (Granite), a head that
 is not a Linear layer, or any other transformation is refused before training, never approximated.
@@ -13,12 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import FusedLossRefusedError
 from ligerkit.hf import text_config
-
-
-class FusedLossRefusedError(LigerKitError):
-    """The model transforms its logits in a way the fused path cannot reproduce exactly."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +33,7 @@ def output_head(model: nn.Module) -> OutputHead:
         value = getattr(config, attr, None)
         if value is not None and float(value) != neutral:
             raise FusedLossRefusedError(
-                f"the model scales its logits ({attr}={value}); the fused loss path would compute a different "
+                f"the model scales its logits ({attr}={value}); the fused loss would compute a different "
                 "loss. Set train.loss.path: standard for this model."
             )
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -49,7 +45,7 @@ def output_head(model: nn.Module) -> OutputHead:
         )
     if not isinstance(head, nn.Linear):
         raise FusedLossRefusedError(
-            f"the output head is {type(head).__name__}, not an nn.Linear; the fused path needs a linear head. "
+            f"the output head is {type(head).__name__}, not an nn.Linear; the fused loss needs a linear head. "
             "Set train.loss.path: standard for this model."
         )
     softcap = getattr(config, "final_logit_softcapping", None)
@@ -58,7 +54,7 @@ def output_head(model: nn.Module) -> OutputHead:
 
 HEAD_CHECK_TOKENS = 512
 """Positions of a text sample the head check runs on: the check is about the head, and the model's
-full-length logits (sequence x vocabulary, twice) would cap the longest sequence the fused path trains."""
+full-length logits (sequence x vocabulary, twice) would cap the longest sequence the fused loss trains."""
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "labels", "position_ids", "token_type_ids"})
 """Batch keys that are per-position text and nothing else; a batch of only these can be cut to a prefix."""

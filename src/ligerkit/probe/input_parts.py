@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ligerkit.shrink import config_tree
+from ligerkit.shrink.parts import as_pair
 
 SEQ = 32  # text tokens per row, at least; more where experts need them
 
@@ -31,12 +32,9 @@ _IMAGE_SIZES = ("image_size", "crop_size", "img_size")
 def image_size(node: Any) -> tuple[int, int] | None:
     """A vision config's image (height, width): its ``image_size`` (or crop size), an int or a pair."""
     for name in _IMAGE_SIZES:
-        value = getattr(node, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, value
-        if isinstance(value, (list, tuple)) and len(value) == 2 and all(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-            return value[0], value[1]
+        found = as_pair(getattr(node, name, None))
+        if found is not None:
+            return found
     return None
 
 

@@ -114,14 +114,14 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
             losses = [gradients(model, recipe_loss(engine, device, i * size))[0] for i in range(calls - 1)]
             value, grads = gradients(model, recipe_loss(engine, device, (calls - 1) * size))
             changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
-            swaps = len(engine.kit.report.patched) if engine.kit.active else 0
+            swaps = len(engine.liger_kit.report.patched) if engine.liger_kit.active else 0
             out[name] = ArmGrads(name, value, {k: relative_error(grads[k], truth[k]) for k in truth}, swaps,
                                  sum(counters["graph_break"].values()), [*losses, value], changed, missing)
             del before
             del model, grads
         finally:
-            if engine.kit.active:
-                engine.kit.revert()
+            if engine.liger_kit.active:
+                engine.liger_kit.revert()
             reset_compiled()
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -17,15 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.environment import accelerator
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import ArmFailedError, LigerKitError, LigerNeedsAcceleratorError
+from ligerkit.errors import NoAcceleratorError  # noqa: F401 (the old name of LigerNeedsAcceleratorError, re-exported)
 from ligerkit.train.loading import config_of
 
 NO_GPU_EXIT = 3
 Runner = Callable[..., dict[str, Any]]
-
-
-class NoAcceleratorError(LigerKitError):
-    """smoke / bench need Liger's kernels, which need a CUDA GPU or an NPU."""
 
 
 def resolve_config(target: str | Path) -> Path:
@@ -37,21 +34,17 @@ def resolve_config(target: str | Path) -> Path:
 
 
 def require_accelerator(what: str) -> None:
-    """Raise :class:`NoAcceleratorError` where Liger's kernels cannot run."""
+    """Raise :class:`~ligerkit.errors.LigerNeedsAcceleratorError` where Liger's kernels cannot run."""
     if accelerator() is None:
-        raise NoAcceleratorError(
+        raise LigerNeedsAcceleratorError(
             f"no CUDA GPU or NPU here: `ligerkit {what}` measures Liger's kernels, which only run on one. "
-            "Run it on a GPU machine; on this one, `ligerkit check` verifies the wiring."
+            "Run it on a GPU machine; on this one, `ligerkit check` checks the wiring."
         )
 
 
 def default_runner() -> Runner:
     """The real runner: ``ligerkit train --json`` in a fresh process (``torchrun`` when nproc > 1)."""
     return run_arm
-
-
-class ArmFailedError(LigerKitError):
-    """One arm's training process failed."""
 
 
 def run_arm(config: str | Path, overrides: list[str], nproc: int = 1, env: dict[str, str] | None = None,

@@ -84,7 +84,7 @@ def record_prepare(engine: RecipeEngine) -> tuple[torch.nn.Module, list[str]]:
         return wrapper
 
     engine.liger_kit.apply = spy("kit.apply", engine.liger_kit.apply)  # type: ignore[method-assign]
-    engine.liger_kit.verify = spy("kit.verify", engine.liger_kit.verify)  # type: ignore[method-assign]
+    engine.liger_kit.scan = spy("kit.scan", engine.liger_kit.scan)  # type: ignore[method-assign]
     engine.build_model = spy("build_model", engine.build_model)  # type: ignore[method-assign]
     model = engine.setup_model(torch.device("meta"))
     return model, events
@@ -97,16 +97,16 @@ def liger_engine(root: Path, config_name: str = "gpu.yaml") -> RecipeEngine:
 
 
 def assert_applies_before_build(root: Path) -> None:
-    """Observed order: every kit.apply, then build_model, then kit.verify."""
+    """Observed order: every kit.apply, then build_model, then kit.scan."""
     engine = liger_engine(root)
     try:
         _, events = record_prepare(engine)
     finally:
-        engine.kit.revert()
+        engine.liger_kit.revert()
     assert "kit.apply" in events and "build_model" in events, events
     build = events.index("build_model")
     assert all(e == "kit.apply" for e in events[:build]), f"order was {events}"
-    assert events[build + 1:] == ["kit.verify"], f"order was {events}"
+    assert events[build + 1:] == ["kit.scan"], f"order was {events}"
 
 
 def assert_kernels_in_model(root: Path) -> None:
@@ -114,7 +114,7 @@ def assert_kernels_in_model(root: Path) -> None:
     engine = liger_engine(root)
     try:
         record_prepare(engine)
-        report, scan = engine.kit.report, engine.scan
+        report, scan = engine.liger_kit.report, engine.scan
         assert report.patched, f"{root.name}: Liger enabled but nothing was swapped"
         assert scan is not None and scan.counts, f"{root.name}: no class swap to find in the model"
         assert not scan.unused, f"{root.name}: swapped but never instantiated: {scan.unused}"
@@ -124,7 +124,7 @@ def assert_kernels_in_model(root: Path) -> None:
         model = engine.unwrapped_model
         assert model is engine.model and any(type(m).__module__.startswith("liger_kernel") for m in model.modules())
     finally:
-        engine.kit.revert()
+        engine.liger_kit.revert()
 
 
 CHECKS = (assert_file_structure, assert_config_structure, assert_reference_wiring, assert_applies_before_build,

@@ -27,7 +27,8 @@ from typing import Any
 
 from ligerkit.errors import InvalidOptionError, LigerKitError
 from ligerkit.probe.tolerance import GradTolerance
-from ligerkit.proof.arms import Runner, summarize
+from ligerkit.proof.arms import ArmFailedError, Runner, summarize
+from ligerkit.proof.fits import out_of_memory_error, unfit_reason
 from ligerkit.proof.recommend import (
     GradErrors,
     Recommendation,
@@ -123,18 +124,25 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
                             "(parse_arms adds it)")
     grad_tolerance = grad_tolerance or GradTolerance()
     rounds: list[dict[str, dict[str, Any]]] = []
-    for _ in range(repeats):
+    unfit: dict[str, str] = {}  # an arm out of memory in any round: a result, left out of the ratios
+    for round_ in range(repeats):
         results: dict[str, dict[str, Any]] = {}
         for arm in arms:
-            run = runner(config, arm_overrides(arm, overrides, steps), nproc=nproc)
-            results[arm] = summarize(run, warmup)
+            if arm not in unfit:
+                try:
+                    results[arm] = summarize(runner(config, arm_overrides(arm, overrides, steps), nproc=nproc), warmup)
+                except ArmFailedError as exc:
+                    unfit[arm] = unfit_reason(arm, round_, exc)
             if on_arm is not None:
                 on_arm(arm)
-        add_ratios(results)
         rounds.append(results)
+    rounds = [{a: r for a, r in results.items() if a not in unfit} for results in rounds]
+    for results in rounds:
+        add_ratios(results)
     results = combine_rounds(rounds)
+    arms = [a for a in arms if a not in unfit]
     head = {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "repeats": repeats,
-            "arms": results, "loss_tolerance": loss_tolerance}
+            "arms": results, "loss_tolerance": loss_tolerance, "out_of_memory": unfit}
     if on_speed is not None:
         on_speed({**head, "complete": False, "gradients": None, "recommendation": None})
     checks = None
@@ -177,7 +185,7 @@ def recipe_gradients(config: Path, overrides: Sequence[str], device: Any,
             return recipe_arm_grads(config, [*overrides, *GRADIENT_PASS_LINES, *grad_overrides], arms, device,
                                     calls=1)
         except Exception as exc:
-            oom = _out_of_memory(exc)
+            oom = out_of_memory_error(exc)
             if oom is None:
                 raise
             raise LigerKitError(
@@ -191,21 +199,6 @@ def recipe_gradients(config: Path, overrides: Sequence[str], device: Any,
 
 GRADIENT_PASS_LINES = ("train.micro_batch_size=1", "data.pad_every=1", "train.arm=null")
 """What the bench's gradient pass sets after the user's lines: one sample, right-padded, no arm."""
-
-
-def _out_of_memory(exc: BaseException) -> BaseException | None:
-    """``exc`` or the error it wraps (``__cause__`` / ``__context__``, as torch.compile re-raises) when
-    it is a CUDA out-of-memory error, else ``None``."""
-    import torch
-
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, torch.OutOfMemoryError) or "CUDA out of memory" in str(current):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def add_ratios(results: dict[str, dict[str, Any]]) -> None:
@@ -268,6 +261,9 @@ def to_markdown(result: dict[str, Any]) -> str:
                        "gaps: the worst round's); speed ratio per round:")]
         lines += [f"- {arm}: " + ", ".join(f"{run['tokens_per_s_vs_eager']:.3f}x" for run in r["runs"])
                   for arm, r in result["arms"].items() if arm != "eager"]
+    if result.get("out_of_memory"):
+        lines += ["", "Did not fit, so not in the table nor recommended: " + "; ".join(
+            f"{arm}: {why}" for arm, why in result["out_of_memory"].items()) + "."]
     if (result.get("gradients") or {}).get("overrides"):
         lines += ["", "Step-1 gradients checked with " + ", ".join(result["gradients"]["overrides"])
                   + " (the speed arms trained with the config's values)."]

@@ -1,4 +1,4 @@
-"""``ligerkit check RECIPE_DIR``: structure, every config, plan + meta build + verify. CPU only.
+"""``ligerkit check RECIPE_DIR``: structure, every config, plan + meta build + scan. CPU only.
 
 Every problem is collected (not only the first), so one run tells the user all that is wrong. A
 recipe is a folder, or the name of a recipe shipped in this checkout (``qwen3``), so ``check``

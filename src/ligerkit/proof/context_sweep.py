@@ -16,14 +16,6 @@ from typing import Any
 
 from ligerkit.errors import LigerKitError
 
-OUT_OF_MEMORY_MARKS = ("out of memory", "outofmemoryerror")
-"""Lower-case text whose presence in a failed run's error output means the allocator ran out."""
-
-REFUSED_MARKS = ("this config needs at least",)
-"""Lower-case text of the footprint check's refusal (``ligerkit.train.footprint``): too big before any
-allocation."""
-
-
 @dataclass(frozen=True)
 class Trial:
     """One run of one arm at one sequence length."""
@@ -38,17 +30,6 @@ class Trial:
     def to_dict(self) -> dict[str, Any]:
         """The trial as a JSON object (one line of the sweep's record)."""
         return asdict(self)
-
-
-def does_not_fit(error_text: str) -> str | None:
-    """Why a failed run did not fit (``"out of memory"``, ``"refused by the footprint check"``), or
-    ``None`` when it failed for another reason (a bug, which a sweep must not record as a size)."""
-    low = error_text.lower()
-    if any(mark in low for mark in OUT_OF_MEMORY_MARKS):
-        return "out of memory"
-    if any(mark in low for mark in REFUSED_MARKS):
-        return "refused by the footprint check"
-    return None
 
 
 def bounds(trials: Sequence[Trial]) -> tuple[int | None, int | None]:

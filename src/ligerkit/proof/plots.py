@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import PlotError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -36,10 +36,6 @@ GRAD_NORM_GAP = "grad-norm gap |on - off| / off per step"
 GRADIENTS = "step-1 gradient error per parameter tensor, against float32"
 TOKENS = "tokens/s per arm"
 MEMORY = "peak memory per arm"
-
-
-class PlotError(LigerKitError):
-    """A result lacks what its plot draws."""
 
 
 def save(fig: Figure, path: Path, dpi: int = 100) -> Path:

@@ -61,7 +61,7 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
         try:
             yield
         finally:
-            engines["patched"].kit.revert()
+            engines["patched"].liger_kit.revert()
 
     return grad_parity(build, loss, patched, dtype, tolerance)
 
@@ -107,7 +107,7 @@ def _map_grad_parity(module: types.ModuleType, config: Any, custom_patches: Cust
                                   "A replacement does not take the arguments the model passes to the symbol it "
                                   "replaces; leave that key off (`ligerkit suggest` leaves such symbols off).") from exc
         if kit.active:
-            kit.verify(model)
+            kit.scan(model)
         return model.to(device)
 
     def loss(model: nn.Module) -> torch.Tensor:

@@ -13,7 +13,7 @@ Two rules, both against references measured in the same ``ligerkit bench`` invoc
   changes rounding by itself); ``compile`` is judged against ``eager``, and a compiled arm passes only
   when ``compile`` does. A parameter or buffer the pass changed (a kernel writing into a weight)
   fails the arm too, and so does a trainable parameter the sample gave no gradient (PARTIAL: what
-  was not compared is not proven).
+  was not compared stays unproven).
 
 ``eager`` is the reference, so it is always the fallback. Everything here is pure: the bench feeds
 it measured numbers, tests feed it synthetic ones.

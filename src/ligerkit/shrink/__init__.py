@@ -25,7 +25,9 @@ three layers dense keeps no MoE layer in two. The copies made here keep what the
   a default config's vision or audio tower hands the text model its own width,
   sliding windows fall below the probe sequence, images shrink to a few patches per side with the
   per-image token counts that fit them (sizes as ints or (height, width) pairs, crop sizes, video
-  tubelets), video clips to two tubelets, a backbone's stages and output features with its layers;
+  tubelets), video clips to two tubelets, a backbone's stages and output features with its layers,
+  a layer-index list a config holds for a sub-config's stack moved to the layers kept there; a patch
+  grid (own or small) a multiple of what merges it or splits it into windows;
 - relations only the built model shows (:mod:`ligerkit.shrink.relations`): rotary sections fitted to
   the frequencies a rotary module holds (where they misfit at the config's own widths), axial position
   widths adding up to the hidden size and a shape short enough to be the probe sequence.
@@ -115,6 +117,8 @@ def iter_whole_model_configs(config: Any, given: bool = False, build: Callable[[
         if images:
             small_images(shrunk)
             short_clips(shrunk)
+        else:  # the config's own images, their patch grid only raised to what merges or windows divide
+            small_images(shrunk, shrink=False)
         if not given:
             matched_towers(shrunk)
         if any(_same(shrunk, other) for other in made):

@@ -208,23 +208,69 @@ def _depth_candidates(config: Any) -> Iterable[Any]:
     nodes = [(i, node, _depth_groups(node)) for i, node in enumerate(config_tree(config))]
     if not any(groups for _, _, groups in nodes):
         return
+    foreign = _foreign_indices(config, nodes)
     for extra in range(4):
         shrunk = copy.deepcopy(config)
         tree = config_tree(shrunk)
+        kept: dict[tuple[int, int], list[int]] = {}
         for i, node, groups in nodes:
             for depth, names in groups.items():
                 keep = _distinct_layers(node, depth, names)
                 rest = [j for j in range(depth) if j not in keep]
                 wanted = max(MIN_LAYERS, len(keep)) + extra - len(keep)
-                _cut(tree[i], sorted(keep + rest[:max(0, wanted)]), depth, names)
+                kept[i, depth] = sorted(keep + rest[:max(0, wanted)])
+                _cut(tree[i], kept[i, depth], depth, names)
             _reduce_patterns(tree[i])
+        _remap_foreign(tree, foreign, kept)
         yield shrunk
     deepest = max(depth for _, _, groups in nodes for depth in groups)
     for length in range(MIN_LAYERS, min(deepest, MAX_PREFIX) + 1):
         shrunk = copy.deepcopy(config)
         tree = config_tree(shrunk)
+        kept = {}
         for i, node, groups in nodes:
             for depth, names in groups.items():
                 if depth > length:
-                    _cut(tree[i], list(range(length)), depth, names)
+                    kept[i, depth] = list(range(length))
+                    _cut(tree[i], kept[i, depth], depth, names)
+        _remap_foreign(tree, foreign, kept)
         yield shrunk
+
+
+Foreign = list[tuple[int, str, list[tuple[int, int]]]]
+
+
+def _foreign_indices(config: Any, nodes: list[tuple[int, Any, dict[int, list[str]]]]) -> Foreign:
+    """Layer-index lists a config holds for a stack of one of its sub-configs (a top config's layers
+    to take features from, indexing its vision tower; named for layers, not feature levels): for each,
+    the index of the config holding it, its name, and the (sub-config index, depth) stacks deep enough
+    for every index in it. Lists a config's own depth already remaps are left to that."""
+    tree = config_tree(config)
+    where = {id(node): i for i, node in enumerate(tree)}
+    found = []
+    for i, node, groups in nodes:
+        own = {name for depth, names in groups.items() for part in _per_layer(node, depth, names) for name in part}
+        below = [(where[id(sub)], depth) for sub in config_tree(node)[1:] for depth in _depth_groups(sub)]
+        for name, value in vars(node).items():
+            if name in own or name.startswith("_") or not _increasing(value) or \
+                    "layer" not in name or any(part in name for part in _NOT_PER_LAYER):
+                continue
+            stacks = [(j, depth) for j, depth in below if value[-1] < depth]
+            if stacks:
+                found.append((i, name, stacks))
+    return found
+
+
+def _remap_foreign(tree: list[Any], foreign: Foreign, kept: dict[tuple[int, int], list[int]]) -> None:
+    """Each foreign layer-index list moved to the kept layers of the stacks it may index: an index of a
+    dropped layer takes the nearest kept layer below it (the first where none is), repeats merged, so
+    every index stays inside every stack it may point into."""
+    for i, name, stacks in foreign:
+        value = _get(tree[i], name)
+        moved = [min(_nearest_below(kept.get(stack, list(range(stack[1]))), v) for stack in stacks) for v in value]
+        _set(tree[i], name, type(value)(dict.fromkeys(moved)))
+
+
+def _nearest_below(keep: list[int], index: int) -> int:
+    below = [pos for pos, old in enumerate(keep) if old <= index]
+    return below[-1] if below else 0

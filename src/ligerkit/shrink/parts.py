@@ -150,17 +150,21 @@ def short_windows(config: Any, window: int = WINDOW) -> None:
             _set(node, "use_cache", False)  # a probe's forward never reads a key/value cache
 
 
-_MERGES = ("spatial_merge_size", "merge_size", "scale_factor", "pixel_shuffle_factor", "spatial_pool_stride")
+_MERGES = ("spatial_merge_size", "merge_size", "scale_factor", "pixel_shuffle_factor", "spatial_pool_stride",
+           "num_windows_side", "num_windows")  # windows per side of a windowed backbone's partition
 _MERGE_RATIOS = ("downsample_ratio", "pixel_shuffle_ratio")
 
 
 def merge_factor(config: Any) -> int:
     """How many patches per side the tree's image connector merges into one token (a pixel shuffle's
-    scale factor, a spatial merge size, the inverse of a downsample ratio): a patch grid's side must be
-    a multiple of it; 1 when nothing merges."""
+    scale factor, a spatial merge size, the inverse of a downsample ratio) or a windowed backbone splits
+    it into (windows per side; a total ``num_windows`` only where no per-side count is given): a patch
+    grid's side must be a multiple of it; 1 when nothing merges."""
     factor = 1
     for node in config_tree(config):
         for name, value in vars(node).items():
+            if name == "num_windows" and _get(node, "num_windows_side") is not None:
+                continue  # a total count: the per-side one is what the grid must divide by
             if name in _MERGES and isinstance(value, int) and not isinstance(value, bool) and 1 < value <= 8:
                 factor = math.lcm(factor, value)
             elif name in _MERGE_RATIOS and isinstance(value, float) and 0 < value < 1 and (1 / value).is_integer():
@@ -171,7 +175,7 @@ def merge_factor(config: Any) -> int:
 _SIZE_NAMES = ("image_size", "crop_size", "img_size")
 
 
-def _pair(value: Any) -> tuple[int, int] | None:
+def as_pair(value: Any) -> tuple[int, int] | None:
     """An int or a pair of ints (height, width) as a pair; ``None`` for anything else."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value, value
@@ -184,12 +188,12 @@ def _pair(value: Any) -> tuple[int, int] | None:
 def _patch(node: Any) -> tuple[int, int] | None:
     """A vision config's patch (height, width): ``patch_size`` (an int or a pair), else the spatial part
     of a video ``tubelet_size`` (time, height, width)."""
-    patch = _pair(_get(node, "patch_size"))
+    patch = as_pair(_get(node, "patch_size"))
     if patch is not None:
         return patch
     tubelet = _get(node, "tubelet_size")
     if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3:
-        return _pair(list(tubelet[1:]))
+        return as_pair(list(tubelet[1:]))
     return None
 
 
@@ -200,29 +204,30 @@ def _like(old: Any, pair: tuple[int, int]) -> Any:
     return type(old)(pair)
 
 
-def small_images(config: Any, per_side: int = 4) -> bool:
+def small_images(config: Any, per_side: int = 4, shrink: bool = True) -> bool:
     """Images of a few patches per side (the count divided by a power of two, at least ``per_side``; a
     multiple of :func:`merge_factor`, raised to the next one where a default grid is not), and per-image
     token counts (squares pooled from the patch grid) that fit the new grid. An image size may be an
     int or a (height, width) pair, named ``image_size`` or ``crop_size``; a patch may be ``patch_size``
-    or a video tubelet's spatial part. In place; ``True`` when anything changed."""
+    or a video tubelet's spatial part. Without ``shrink`` a grid keeps its size, only raised to that
+    multiple (token counts then change only with it). In place; ``True`` when anything changed."""
     changed = False
     merge = merge_factor(config)
     for node in config_tree(config):
-        name = next((n for n in _SIZE_NAMES if _pair(_get(node, n)) is not None), None)
-        size, patch = (_pair(_get(node, name)), _patch(node)) if name else (None, None)
+        name = next((n for n in _SIZE_NAMES if as_pair(_get(node, n)) is not None), None)
+        size, patch = (as_pair(_get(node, name)), _patch(node)) if name else (None, None)
         if size is None or patch is None or size[0] % patch[0] or size[1] % patch[1]:
             continue
         grid = (size[0] // patch[0], size[1] // patch[1])
         shift = 0
-        while all(p % (2 << shift) == 0 and p >> (shift + 1) >= per_side and (p >> (shift + 1)) % merge == 0
+        while shrink and all(p % (2 << shift) == 0 and p >> (shift + 1) >= per_side and (p >> (shift + 1)) % merge == 0
                   for p in grid):
             shift += 1
         new = tuple(-(-(p >> shift) // merge) * merge for p in grid)
         if new != grid:
             _set(node, name, _like(_get(node, name), (new[0] * patch[0], new[1] * patch[1])))
             changed = True
-        if grid[0] == grid[1]:
+        if grid[0] == grid[1] and (shrink or new != grid):
             changed |= _pooled_tokens(config, grid[0], new[0])
     return changed
 
@@ -236,7 +241,7 @@ def short_clips(config: Any, clips: int = 2) -> bool:
     probe holds a few frames; in place, ``True`` when anything changed."""
     changed = False
     for node in config_tree(config):
-        if not any(_pair(_get(node, n)) is not None for n in _SIZE_NAMES):
+        if not any(as_pair(_get(node, n)) is not None for n in _SIZE_NAMES):
             continue
         tubelet = _get(node, "tubelet_size")
         step = tubelet[0] if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 else \

@@ -1,5 +1,5 @@
 """``suggest``: find the norm / MLP / rotary symbols of a modeling module, probe each against the
-catalog, and write the ``custom_patches`` map of the verified ones. When unsure, leave it off.
+catalog, and write the ``custom_patches`` map of the matches. When unsure, leave it off.
 """
 
 from __future__ import annotations
@@ -63,18 +63,18 @@ class Suggestion:
 
     @property
     def matched(self) -> list[Candidate]:
-        """The verified candidates."""
+        """The candidates whose probe matched."""
         return [c for c in self.candidates if c.verdict == MATCH]
 
     def groups(self) -> dict[str, list[Candidate]]:
-        """The verified candidates by ``custom_patches`` key, in order."""
+        """The matched candidates by ``custom_patches`` key, in order."""
         groups: dict[str, list[Candidate]] = {}
         for c in self.matched:
             groups.setdefault(c.module_name or c.kind, []).append(c)
         return groups
 
     def patches_code(self) -> str:
-        """A ready-to-paste ``custom_patches`` map of the verified candidates, as Python."""
+        """A ready-to-paste ``custom_patches`` map of the matched candidates, as Python."""
         from ligerkit.probe.catalog import CATALOG
 
         used = {c.replacement for c in self.matched}

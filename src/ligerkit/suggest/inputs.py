@@ -13,16 +13,12 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import SuggestError
 from ligerkit.hf import config_class_for, config_class_of, small_config
 from ligerkit.probe.catalog import CATALOG
 
 _CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
 _CONFIG_GETATTR = re.compile(r"getattr\(\s*(?:self\.)?config\s*,\s*[\"'](\w+)[\"']")
-
-
-class SuggestError(LigerKitError):
-    """The module or config for ``suggest`` cannot be loaded."""
 
 
 def load_module(spec: str) -> types.ModuleType:

@@ -12,18 +12,18 @@ REFERENCE_ARM = "eager"
 """The arm every other one is measured against (Liger off, standard loss, not compiled)."""
 
 ARMS: dict[str, tuple[str, ...]] = {
-    "eager": ("model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=false"),
-    "liger": ("model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=false"),
-    "liger_fused": ("model.liger_kernel.enabled=true", "train.loss.path=fused", "train.compile=false"),
-    "compile": ("model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=true"),
-    # Liger's swaps under torch.compile: with train.liger_compile_ops (the default) the kernels run as
-    # ligerkit.compile operators, so no opt-in line is needed
-    "liger_compile": ("model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=true"),
+    "eager": ("model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=off"),
+    "liger": ("model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=off"),
+    "liger_fused": ("model.liger_kernel.enabled=true", "train.loss.path=fused", "train.compile=off"),
+    "compile": ("model.liger_kernel.enabled=false", "train.loss.path=standard", "train.compile=ops"),
+    # Liger's swaps under torch.compile: with train.compile: ops the kernels run as ligerkit.compile
+    # operators, so no opt-in line is needed
+    "liger_compile": ("model.liger_kernel.enabled=true", "train.loss.path=standard", "train.compile=ops"),
     # torch.compile for the decoder layers, Liger's fused linear cross entropy for the part compile
     # cannot shrink (the full logits): the kernel swaps stay off
-    "compile_fused": ("model.liger_kernel.enabled=false", "train.loss.path=fused", "train.compile=true"),
+    "compile_fused": ("model.liger_kernel.enabled=false", "train.loss.path=fused", "train.compile=ops"),
     # everything at once: the swaps (as compile operators), the fused loss and torch.compile
-    "liger_compile_fused": ("model.liger_kernel.enabled=true", "train.loss.path=fused", "train.compile=true"),
+    "liger_compile_fused": ("model.liger_kernel.enabled=true", "train.loss.path=fused", "train.compile=ops"),
 }
 
 DEFAULT_ARMS: tuple[str, ...] = ("eager", "liger", "liger_fused", "compile", "liger_compile", "compile_fused",
@@ -43,8 +43,8 @@ DESCRIPTIONS: dict[str, str] = {
 
 
 def is_compiled(arm: str) -> bool:
-    """Whether the arm's decoder layers are compiled (``train.compile=true`` among its lines)."""
-    return "train.compile=true" in arm_lines(arm)
+    """Whether the arm's decoder layers are compiled (``train.compile=ops`` or ``=trace`` among its lines)."""
+    return any(line in ("train.compile=ops", "train.compile=trace") for line in arm_lines(arm))
 
 
 def arm_lines(arm: str) -> tuple[str, ...]:

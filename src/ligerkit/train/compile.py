@@ -13,7 +13,7 @@ def compile_layers(model: nn.Module, units: Iterable[str], fullgraph: bool = Fal
     encoder layers), or the whole model when none is found; returns the compiled module paths.
 
     ``fullgraph=True`` makes a graph break an error instead of a silent split (what the compile-mode
-    Liger operators promise, ``ligerkit.kit.compile_ops``).
+    Liger operators promise, :mod:`ligerkit.compile.ops`).
     """
     names = set(units)
     compiled = [name for name, m in model.named_modules() if type(m).__name__ in names]

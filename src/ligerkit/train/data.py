@@ -9,8 +9,10 @@ file with the model's own tokenizer (``files.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -125,3 +127,14 @@ def fill_text_from_corpus(batch: dict[str, torch.Tensor], cfg: DataConfig, seed:
         tokens = corpus_text(cfg, seed, start + row, int(text.sum()))
         input_ids[row, text] = tokens
         labels[row, offset:][text] = tokens
+
+
+def multimodal_batch(make: Callable[..., dict[str, torch.Tensor]], model_config: Any, cfg: DataConfig, seed: int,
+                     start: int, size: int) -> dict[str, torch.Tensor]:
+    """Samples ``start .. start+size-1`` of a recipe's image + text generator ``make`` (called as
+    ``make(model_config, size, seq_len, generator=..., motif_seed=seed)``), deterministic per index; with
+    ``data.kind: corpus`` their text is replaced by corpus text (:func:`fill_text_from_corpus`)."""
+    batch = make(model_config, size, cfg.seq_len, generator=sample_generator(seed, start), motif_seed=seed)
+    if cfg.kind == "corpus":
+        fill_text_from_corpus(batch, cfg, seed, start)
+    return batch

@@ -17,11 +17,7 @@ from typing import Any
 
 import torch
 
-from ligerkit.errors import LigerKitError
-
-
-class DataError(LigerKitError):
-    """A dataset file or tokenizer cannot be used (missing, not text, no documents, wrong field)."""
+from ligerkit.errors import DataError
 
 
 def read_documents(path: str, kind: str, text_field: str) -> list[str]:

@@ -39,7 +39,7 @@ _NAMES = {
     "kv_heads": ("num_key_value_heads", "num_kv_heads"),
     "head_dim": ("head_dim",),
 }
-_LOSS_CHUNK_ROWS = 512  # ligerkit.loss's default chunk (rows of logits at once) on the fused path
+_LOSS_CHUNK_ROWS = 512  # ligerkit.loss's default chunk (rows of logits at once) with the fused loss
 
 
 def _get(config: Any, key: str) -> int:

@@ -18,11 +18,7 @@ from typing import Any
 from ligerkit.train.checks import check_model_keys, config_class_for, problems_of
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, load_recipe_config, raw_config
 from ligerkit.train.recipe import RecipeEngine
-from ligerkit.errors import LigerKitError
-
-
-class RecipeError(LigerKitError):
-    """A recipe folder is missing something or its engine cannot be loaded."""
+from ligerkit.errors import RecipeError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ligerkit.errors import ModelBuildError
-from ligerkit.hf import model_class_for
+from ligerkit.hf import build_model
 from ligerkit.train.checks import build_config, config_class_for
 from ligerkit.train.config import ModelConfig
 
@@ -36,14 +36,10 @@ def build_transformers_model(model: ModelConfig, device: torch.device) -> torch.
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model.pretrained_path, local_files_only=True)
-        built = model_class_for(config).from_pretrained(model.pretrained_path, local_files_only=True, dtype=dtype)
-        return built.to(device)
+        return build_model(config, path=model.pretrained_path, dtype=dtype).to(device)
     if model.source != "config":
         raise ModelBuildError("source 'custom' models are built by the recipe: override build_model in its engine")
-    config = transformers_config(model)
-    with torch.device(device):
-        built = model_class_for(config)._from_config(config)
-    return built.to(dtype)
+    return build_model(transformers_config(model), device=device).to(dtype)
 
 
 def disable_kv_cache(model: torch.nn.Module) -> None:

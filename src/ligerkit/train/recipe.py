@@ -56,15 +56,14 @@ class RecipeEngine:
 
     @property
     def kit(self) -> LigerKernelKit:
-        """The recipe's kit (``liger_kit``; the short name is kept for earlier callers)."""
+        """Alias of ``liger_kit``, kept for callers written before the rename; use ``liger_kit``."""
         return self.liger_kit
 
     @property
     def compile_mode(self) -> bool:
-        """Whether the kit applies for a compiled model: ``train.compile`` with ``train.liger_compile_ops``
-        (Liger's kernels then run as ``ligerkit.compile`` operators)."""
-        t = self.config.train
-        return t.compile and t.liger_compile_ops
+        """Whether the kit applies for a compiled model: ``train.compile: ops`` (Liger's kernels then run
+        as ``ligerkit.compile`` operators)."""
+        return self.config.train.compile == "ops"
 
     @property
     def liger_enabled(self) -> bool:
@@ -189,7 +188,7 @@ class RecipeEngine:
         if t.lora is not None:  # before the scan, so the scan and its guard see the adapted model
             add_lora(model, t.lora)
         if self.liger_enabled:
-            self.scan = self.liger_kit.verify(model)
+            self.scan = self.liger_kit.scan(model)
         if t.activation_checkpointing:
             recompute_layers(model, self.fsdp_units(model))
         self.model = model
@@ -200,7 +199,7 @@ class RecipeEngine:
         return self.loss.describe()
 
     def check_loss_path(self, model: nn.Module, device: torch.device) -> None:
-        """Before training on the fused path: the head applied to the hidden states must give the
+        """Before training with the fused loss: the head applied to the hidden states must give the
         model's own logits (else :class:`~ligerkit.loss.FusedLossRefusedError`)."""
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = {k: v.to(device) for k, v in self.make_batch(0, 1, vocab).items()}

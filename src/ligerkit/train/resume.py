@@ -31,7 +31,7 @@ import yaml
 
 from ligerkit.train.checkpoint import complete, load_weights, step_of, weights_source
 from ligerkit.train.checkpoint_errors import CheckpointError
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import LigerKitError, ResumeConfigError
 from ligerkit.train import distributed as D
 from ligerkit.train.run_dir import RunDirError, open_run_dir
 
@@ -51,12 +51,10 @@ SAFE_TO_CHANGE: dict[str, str] = {
     "train.summary_warmup_steps": "which steps the speed summary leaves out",
     "train.peak_tflops": "the peak used for MFU",
     "train.runs_dir": "where new run folders go (a resumed run stays in its folder)",
+    "train.activation_checkpointing": "whether layers are recomputed in backward: the same loss and gradients, "
+                                      "less memory (a run out of memory resumes with it on)",
 }
 """Keys a resume may change, with why they do not change what training computes."""
-
-
-class ResumeConfigError(RunDirError):
-    """``--resume`` with a config that would train another run than the one in the folder."""
 
 
 def record(run: Path, config: dict[str, Any]) -> None:

@@ -23,14 +23,10 @@ import torch
 import yaml
 
 from ligerkit.environment import installed_version
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import RunDirError
 from ligerkit.train.checkpoint import complete
 
 MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
-
-
-class RunDirError(LigerKitError):
-    """A run folder cannot be used as asked (it holds another run, or is not a run to resume)."""
 
 
 def holds_run(path: Path) -> bool:

@@ -18,23 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from ligerkit.errors import LigerKitError, StoppedEarly
+from ligerkit.errors import NonFiniteError, TrainingStopped  # noqa: F401 (re-exported)
 
 log = logging.getLogger("ligerkit.train")
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 STOPPED_AFTER_STEPS = 75  # EX_TEMPFAIL: stopped on purpose, resumable
-
-
-class TrainingStopped(StoppedEarly):
-    """The run stopped before its last step (a signal, ``train.stop_after_steps``); it can be resumed."""
-
-    def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class NonFiniteError(LigerKitError):
-    """A loss or gradient norm was NaN or infinite; the run stopped before updating the weights."""
 
 
 _forced: list[int] = []  # the signal that stopped the last run at once (a second signal), if any

@@ -26,6 +26,7 @@ from ligerkit.train.adapters import frozen_fingerprint, training_line
 from ligerkit.train import distributed as D
 from ligerkit.train.distributed import pick_device, use_deterministic_algorithms
 from ligerkit.train.compile import compile_layers
+from ligerkit.train.config.compile_mode import COMPILED
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
 from ligerkit.train.recipe import Batch, RecipeEngine
@@ -118,7 +119,7 @@ class Trainer:
             log.info("training: %s", training_line(model, t))
         data = self.data(model)
         flops = flops_per_token(model, self.config.data.seq_len)
-        if t.compile:
+        if t.compile in COMPILED:
             self.compile_model(model)
         step_module = StepModule(self.recipe, model, self.recipe.loss, t.autocast_bf16)
         if self.env.distributed:

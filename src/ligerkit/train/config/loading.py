@@ -20,20 +20,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import ConfigError
 from ligerkit.train.arms import ARMS
+from ligerkit.train.config.compile_mode import same_value
 from ligerkit.train.config.schema import RecipeConfig
 from ligerkit.train.paths import check_path
 from ligerkit.train.config.yaml_bounds import YamlBoundError, load_bounded
-
-
-class ConfigError(LigerKitError):
-    """A recipe config is invalid (unknown key, wrong type, inconsistent values, a missing file).
-    ``problems`` holds each problem on its own (one, or every one a check found at once)."""
-
-    def __init__(self, message: str, problems: Sequence[str] = ()):
-        super().__init__(message)
-        self.problems = list(problems) or [message]
 
 
 def config_errors(source: str, problems: Sequence[str]) -> ConfigError:
@@ -219,7 +211,7 @@ def apply_arm(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[
     for line in ARMS[name]:
         path, value = parse_override(line)
         found = _lookup(data, path)
-        if found is None or found == (path, value):
+        if found is None or (found[0] == path and same_value(path, found[1], value)):
             continue
         at, given = found
         what = "it" if at == path else f"{'.'.join(at)} (not a mapping)"

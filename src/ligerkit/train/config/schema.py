@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from ligerkit.naming import LOSS_MODULES
+from ligerkit.train.config.compile_mode import CompileMode, map_old_keys
 from ligerkit.train.config.lora import LoraConfig
 from ligerkit.train.config.strict import Float, Int, Strict
 from ligerkit.train.paths import check_name, check_path, check_run_folder
@@ -51,7 +52,7 @@ class LossConfig(Strict):
     @model_validator(mode="after")
     def _chunks_need_the_fused_path(self) -> LossConfig:
         if self.chunk_tokens is not None and self.path != "fused":
-            raise ValueError("chunk_tokens sets the fused loss path's chunks; it needs path: fused")
+            raise ValueError("chunk_tokens sets the fused loss's chunks; it needs path: fused")
         return self
 
 
@@ -147,16 +148,11 @@ class TrainConfig(Strict):
     summary_warmup_steps: Int = Field(1, ge=0, description="first steps left out of the median tokens/s")
     peak_tflops: Float | None = Field(None, gt=0, description="per-device bf16 peak for MFU")
     progress: bool = True
-    compile: bool = Field(False, description="torch.compile each decoder layer (the FSDP units)")
-    liger_compile_ops: bool = Field(
-        True, description="with train.compile and Liger on, run Liger's kernels through ligerkit's "
-        "compile-mode operators (ligerkit.compile: opaque to the compiler, no graph breaks, exact); false "
-        "lets torch.compile trace into Liger's autograd functions instead (measured to corrupt norm weights "
-        "next to Liger's MLP; needs train.compile_over_liger_kernels)"
-    )
-    compile_over_liger_kernels: bool = Field(
-        False, description="with train.liger_compile_ops=false, allow torch.compile to trace into Liger's "
-        "autograd functions (measured on an H200 to change training; see docs/benchmarks.md)"
+    compile: CompileMode = Field(
+        "off", description="compile mode: off; ops (torch.compile each decoder layer, the FSDP units, with "
+        "Liger's kernels as ligerkit's compile-mode operators); trace (torch.compile traces into Liger's autograd "
+        "functions, measured on an H200 to change training: the opt-in). true/false, train.liger_compile_ops and "
+        "train.compile_over_liger_kernels, the earlier keys, are read into it (ligerkit.train.config.compile_mode)"
     )
     autocast_bf16: bool = Field(
         False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
@@ -257,17 +253,11 @@ class RecipeConfig(Strict):
                 )
         return self
 
-    @model_validator(mode="after")
-    def _compile_over_liger_is_opt_in(self) -> RecipeConfig:
-        t = self.train
-        if t.compile and self.model.liger_kernel.enabled and not t.liger_compile_ops and not t.compile_over_liger_kernels:
-            raise ValueError(
-                "train.compile with Liger on and train.liger_compile_ops=false lets torch.compile trace into "
-                "Liger's autograd functions, which on an H200 overwrote norm weights next to Liger's MLP "
-                "during backward (docs/benchmarks.md, compile drift). Keep train.liger_compile_ops=true (the "
-                "default), or set train.compile_over_liger_kernels=true to accept that path"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _compile_keys(cls, data: Any) -> Any:
+        """``train.compile: true | false`` and the two booleans beside it (earlier configs) -> its named value."""
+        return map_old_keys(data)
 
     @field_validator("name")
     @classmethod

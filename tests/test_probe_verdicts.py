@@ -18,7 +18,7 @@ from ligerkit.probe.catalog import CATALOG, by_kind, render_table
 from ligerkit.probe.probe import probe
 from ligerkit.suggest import suggest
 from toy_models import modeling_table as T
-from verify_expectations import FAMILIES
+from probe_expectations import FAMILIES
 
 CFG = T.TableConfig()
 NAMED = {r.name: r for r in CATALOG}
