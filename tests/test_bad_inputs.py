@@ -145,9 +145,11 @@ def test_a_float_written_the_yaml_way_gets_a_hint():
 @pytest.mark.parametrize("config", SHIPPED, ids=[f"{p.parts[-3]}-{p.stem}" for p in SHIPPED])
 def test_shipped_configs_fit_and_the_estimate_is_a_lower_bound(config):
     engine = load_engine(config)
-    gpu = config.stem == "gpu"
+    gpu = config.stem.startswith("gpu")
     found = estimate(engine.config, engine.model_config(), torch.device("cuda" if gpu else "cpu"))
-    assert found.device_bytes < (40 if gpu else 1) * 2**30  # an 80 GB GPU; any CPU machine
+    # gpu.yaml: an 80 GB GPU; the shapes users train (gpu_4b, gpu_8b_lora): one H200; cpu.yaml: any CPU machine
+    limit = 40 if config.stem == "gpu" else 130 if gpu else 1
+    assert found.device_bytes < limit * 2**30
     if not gpu:
         engine.check_footprint(torch.device("cpu"))
         built = engine.build_model(torch.device("meta"))

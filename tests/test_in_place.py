@@ -56,7 +56,11 @@ def test_detector_on_transformers_families(family, norm, hazard):
 
 # Families whose Liger helper picks an out-of-place norm although nothing shares its gradient:
 # Liger's Qwen3-Next / Qwen3.5 / Muse Glimmer norm classes are out of place for every use.
-LIGER_CONSERVATIVE = {"Qwen3NextRMSNorm", "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "MuseGlimmerRMSNorm"}
+# Liger's out-of-place choices where the whole model shares nothing. GLM-4V-MoE's norms (its text decoder
+# is plain pre-norm, without GLM-4V's sandwich norms; its vision blocks are pre-norm too) were checked once
+# its whole model could be built shrunk (rope sections fitted to the shrunk head dims)
+LIGER_CONSERVATIVE = {"Qwen3NextRMSNorm", "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm", "MuseGlimmerRMSNorm",
+                      "Glm4vMoeTextRMSNorm", "Glm4vMoeRMSNorm"}
 
 
 def _liger_norm_choices():
