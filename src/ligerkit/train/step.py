@@ -18,9 +18,9 @@ class StepModule(nn.Module):
     """The model plus the run's loss, so the output head's parameters are gathered for the fused loss
     exactly as for the model's own forward."""
 
-    def __init__(self, recipe: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False):
+    def __init__(self, engine: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False):
         super().__init__()
-        self.recipe = recipe  # plain attributes: neither is an nn.Module
+        self.engine = engine  # plain attributes: neither is an nn.Module
         self.loss = loss
         self.autocast_bf16 = autocast_bf16
         self.inner = model
@@ -34,8 +34,8 @@ class StepModule(nn.Module):
         """
         if self.autocast_bf16:
             with torch.autocast(device_type=batch["input_ids"].device.type, dtype=torch.bfloat16):
-                return self.loss(self.recipe, self.inner, batch, scale)
-        return self.loss(self.recipe, self.inner, batch, scale)
+                return self.loss(self.engine, self.inner, batch, scale)
+        return self.loss(self.engine, self.inner, batch, scale)
 
 
 def drop_right_padding_mask(batch: Batch) -> Batch:

@@ -46,19 +46,24 @@ class Trainer:
     of a run folder's newest intact checkpoint, or of one ``checkpoints/step_N`` folder.
     """
 
-    def __init__(self, recipe: RecipeEngine, resume: str | Path | None = None, init_from: str | Path | None = None):
+    def __init__(self, engine: RecipeEngine, resume: str | Path | None = None, init_from: str | Path | None = None):
         if resume is not None and init_from is not None:
             raise RunDirError("--resume continues a run and --init-from starts a new one from a checkpoint's weights: "
                               "give one of the two")
-        self.recipe = recipe
-        self.config = recipe.config
-        self.env = recipe.env
+        self.engine = engine
+        self.config = engine.config
+        self.env = engine.env
         self.resume = str(resume) if resume is not None else None
         self.init_from = str(init_from) if init_from is not None else None
         self.run: Path | None = None
         self.resume_seconds: float | None = None
         self._lock: IO[str] | None = None
         self.frozen: str | None = None  # the hash of the model's frozen weights (train.lora), once built
+
+    @property
+    def recipe(self) -> RecipeEngine:
+        """Alias of :attr:`engine` (the recipe engine this trainer runs), its name before the rename."""
+        return self.engine
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Set everything up in order, train, log each step; the kit is reverted at the end."""
@@ -75,7 +80,7 @@ class Trainer:
             return result
         finally:
             torch.use_deterministic_algorithms(was_deterministic)
-            self.recipe.liger_kit.revert()
+            self.engine.liger_kit.revert()
             D.shutdown(self.env, barrier=clean)
             if self._lock is not None:
                 self._lock.close()  # the OS would drop it at exit anyway
@@ -86,8 +91,8 @@ class Trainer:
     def resolved_config(self) -> dict[str, Any]:
         """The config this run trains with, as ``config.yaml`` and ``run.json`` record it."""
         resolved = self.config.model_dump(mode="json")
-        if self.recipe.recipe_dir is not None:  # the run's config.yaml resumes from anywhere
-            resolved["recipe"] = str(self.recipe.recipe_dir)
+        if self.engine.recipe_dir is not None:  # the run's config.yaml resumes from anywhere
+            resolved["recipe"] = str(self.engine.recipe_dir)
         return resolved
 
     def _open_run(self) -> Path:
@@ -98,18 +103,18 @@ class Trainer:
 
     def _train(self, device: torch.device, stop: object) -> TrainResult:
         t, main = self.config.train, self.env.main
-        self.recipe.check_footprint(device)  # a config that cannot fit is refused before its folder exists
+        self.engine.check_footprint(device)  # a config that cannot fit is refused before its folder exists
         self.run = self._open_run()
         if main:
             log.info("%s: %d steps on %s x %d, Liger %s, loss %s; run folder %s", self.config.name, t.steps, device,
-                     self.env.world_size, "on" if self.recipe.liger_enabled else "off", self.recipe.loss.name, self.run)
-        model = self.recipe.setup_model(device)
-        self.recipe.check_loss_path(model, device)  # a refused loss path leaves no run folder
-        report = self.recipe.liger_kit.report if self.recipe.liger_kit.active else None
+                     self.env.world_size, "on" if self.engine.liger_enabled else "off", self.engine.loss.name, self.run)
+        model = self.engine.setup_model(device)
+        self.engine.check_loss_path(model, device)  # a refused loss path leaves no run folder
+        report = self.engine.liger_kit.report if self.engine.liger_kit.active else None
         if main and report is not None:
             log.info("Liger:\n%s", report)
         if main and self.resume is None:
-            liger = {"report": report.to_dict(), "scan": self.recipe.scan.to_dict() if self.recipe.scan else None} \
+            liger = {"report": report.to_dict(), "scan": self.engine.scan.to_dict() if self.engine.scan else None} \
                 if report is not None else None
             resolved = self.resolved_config()
             run_dir.write_start(self.run, resolved, liger)
@@ -121,9 +126,9 @@ class Trainer:
         flops = flops_per_token(model, self.config.data.seq_len)
         if t.compile in COMPILED:
             self.compile_model(model)
-        step_module = StepModule(self.recipe, model, self.recipe.loss, t.autocast_bf16)
+        step_module = StepModule(self.engine, model, self.engine.loss, t.autocast_bf16)
         if self.env.distributed:
-            D.shard(step_module, self.recipe.fsdp_units(model))
+            D.shard(step_module, self.engine.fsdp_units(model))
         optimizer = self.optimizer(step_module)
         start = self._resume_from(step_module, optimizer)
         if self.init_from is not None:
@@ -133,7 +138,7 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(device)
         metrics_log = MetricsLog(self.run / "metrics.jsonl" if main else None, t.steps, t.progress and main,
                                  self.config.name, t.log_every, done=start)
-        result = TrainResult(report=report, scan=self.recipe.scan, run_dir=self.run, first_step=start,
+        result = TrainResult(report=report, scan=self.engine.scan, run_dir=self.run, first_step=start,
                              resume_seconds=self.resume_seconds)
         peak = peak_flops(device, t.peak_tflops)
         try:
@@ -228,7 +233,7 @@ class Trainer:
     def micro_batches(self, step: int, vocab_size: int) -> list[Batch]:
         """This rank's micro-batches of global step ``step``."""
         size = self.config.train.micro_batch_size
-        return [self.recipe.make_batch(first, size, vocab_size) for first in self._first_samples(step)]
+        return [self.engine.make_batch(first, size, vocab_size) for first in self._first_samples(step)]
 
     def optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         """AdamW over every trainable parameter (fused on CUDA when ``train.fused_adamw``)."""
@@ -245,7 +250,7 @@ class Trainer:
     def compile_model(self, model: torch.nn.Module) -> list[str]:
         """``torch.compile`` each decoder layer in place (the whole model when it has none); returns
         the compiled module paths (``ligerkit.train.compile.compile_layers``)."""
-        return compile_layers(model, self.recipe.fsdp_units(model))
+        return compile_layers(model, self.engine.fsdp_units(model))
 
     def train_step(self, model: StepModule, optimizer: torch.optim.Optimizer, batches: list[Batch],
                    device: torch.device, step: int = 0) -> tuple[float, float, int]:
