@@ -12,17 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import pickle
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from helpers import torchrun_train
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from ligerkit.train import Trainer, checkpoint, load_engine, rng, safe_load
@@ -291,15 +290,8 @@ def test_a_damaged_metrics_row_before_the_end_is_named(tmp_path):
 
 
 def test_two_ranks_skip_a_checkpoint_damaged_in_one_rank_shard(tmp_path):
-    torchrun = Path(sys.executable).with_name("torchrun")
-
     def run_torchrun(port: int, out: Path, resume: Path | None = None) -> subprocess.CompletedProcess:
-        cmd = [str(torchrun), "--nproc-per-node=2", f"--master-port={port}", "-m", "ligerkit", "train", str(QWEN3_CPU)]
-        for item in [*SETS, f"train.output_dir={out}"]:
-            cmd += ["--set", item]
-        cmd += ["--resume", str(resume)] if resume else []
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return torchrun_train(QWEN3_CPU, [*SETS, f"train.output_dir={out}"], tmp_path, port, resume=resume)
 
     first = run_torchrun(29561, tmp_path / "run")
     assert first.returncode == 0, first.stderr[-3000:]

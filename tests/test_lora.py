@@ -10,13 +10,12 @@ with LoRA and the fused loss.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import torchrun_train
 
 from ligerkit.loss import FusedLossRefusedError
 from ligerkit.proof.arm_grads import recipe_loss
@@ -97,16 +96,10 @@ def test_the_frozen_fingerprint_sees_any_change_to_a_frozen_weight():
 
 
 def test_two_ranks_train_and_resume_adapters_exactly(tmp_path):
-    torchrun = Path(sys.executable).with_name("torchrun")
     sets = [*SETS, *LORA, "train.activation_checkpointing=true", "train.checkpoint_every=2"]
 
     def run(port: int, out: Path, *more: str, resume: Path | None = None) -> subprocess.CompletedProcess:
-        cmd = [str(torchrun), "--nproc-per-node=2", f"--master-port={port}", "-m", "ligerkit", "train", str(QWEN3_CPU)]
-        for item in [*sets, f"train.output_dir={out}", *more]:
-            cmd += ["--set", item]
-        cmd += ["--resume", str(resume)] if resume else []
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return torchrun_train(QWEN3_CPU, [*sets, f"train.output_dir={out}", *more], tmp_path, port, resume=resume)
 
     whole = run(29571, tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr[-3000:]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import run_fixtures as F
+from helpers import torchrun_train
 from ligerkit.train import Trainer, checkpoint, load_engine
 from ligerkit.train.run_dir import RunDirError
 from ligerkit.train.stopping import NonFiniteError, TrainingStopped
@@ -156,15 +157,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_non_zero(tmp_path):
 
 def _torchrun(tmp_path: Path, nproc: int, port: int, sets: list[str], resume: Path | None = None) -> str:
     """Train under torchrun; ``"ok"``, ``"stopped"`` (a resumable stop on every rank) or the error output."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), f"--nproc-per-node={nproc}", f"--master-port={port}", "-m", "ligerkit", "train",
-           str(QWEN3_CPU), "--json"]
-    for item in sets:
-        cmd += ["--set", item]
-    if resume is not None:
-        cmd += ["--resume", str(resume)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = torchrun_train(QWEN3_CPU, sets, tmp_path, port, nproc, resume, json_out=True)
     if proc.returncode == 0:
         return "ok"
     if proc.stderr.count("stopped after step") == nproc:  # torchrun itself exits 1

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from ligerkit.loss import token_loss_sum
 from ligerkit.train import Trainer
 from ligerkit.train.step import StepModule
 from ligerkit.train.loading import load_engine
-from helpers import GradCapture
+from helpers import GradCapture, torchrun_train
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -113,13 +111,9 @@ def test_all_ignored_micro_batch_adds_nothing_and_never_nans():
 
 def test_fsdp2_on_two_cpu_processes_matches_one_process_with_accumulation(tmp_path):
     """Same global batch per step: 1 process x 2 micro-batches == 2 FSDP2 ranks x 1."""
-    torchrun = Path(sys.executable).with_name("torchrun")
     losses = {}
     for nproc, port in ((1, 29531), (2, 29532)):
-        cmd = [str(torchrun), f"--nproc-per-node={nproc}", f"--master-port={port}", "-m", "ligerkit", "train",
-               str(QWEN3_CPU), "--set", "train.steps=3", "--json"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = torchrun_train(QWEN3_CPU, ["train.steps=3"], tmp_path, port, nproc, json_out=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
         data = json.loads(proc.stdout[proc.stdout.index("{"):])
         losses[nproc] = [s["loss"] for s in data["steps"]]

@@ -53,6 +53,11 @@ def resolve_targets(model: nn.Module, lora: LoraConfig) -> list[str]:
     return [name for name in linears if name.rsplit(".", 1)[-1] in wanted]
 
 
+def adapted_layers(model: nn.Module) -> list[str]:
+    """The module paths of the layers that carry LoRA adapters (``lora_A`` and ``lora_B``)."""
+    return [name for name, m in model.named_modules() if all(hasattr(m, a) for a in ADAPTER_MARKS)]
+
+
 def add_lora(model: nn.Module, lora: LoraConfig) -> list[str]:
     """Inject LoRA adapters into ``model`` in place (the kit applied, the model built); freeze every
     other weight; return the adapted module paths."""
@@ -69,7 +74,7 @@ def add_lora(model: nn.Module, lora: LoraConfig) -> list[str]:
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
                              target_modules=pattern)
     peft.inject_adapter_in_model(config, model)
-    adapted = [name for name, m in model.named_modules() if all(hasattr(m, a) for a in ADAPTER_MARKS)]
+    adapted = adapted_layers(model)
     if sorted(adapted) != sorted(targets):
         raise LigerKitError(f"PEFT adapted {len(adapted)} layers of the {len(targets)} asked for; report this as a "
                             "bug with your model and train.lora")
@@ -78,7 +83,7 @@ def add_lora(model: nn.Module, lora: LoraConfig) -> list[str]:
 
 def adapter_summary(model: nn.Module, lora: LoraConfig) -> str:
     """One line: how many layers carry adapters and what share of the parameters trains."""
-    layers = sum(1 for m in model.modules() if all(hasattr(m, a) for a in ADAPTER_MARKS))
+    layers = len(adapted_layers(model))
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return (f"rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on {layers} linear layers; "
@@ -90,12 +95,6 @@ def training_line(model: nn.Module, train: TrainConfig) -> str:
     layer's activations are recomputed."""
     what = f"LoRA: {adapter_summary(model, train.lora)}" if train.lora is not None else "every weight"
     return f"{what}; activation checkpointing {'on' if train.activation_checkpointing else 'off'}"
-
-
-def has_adapters(module: nn.Module) -> bool:
-    """Whether ``module`` itself is a PEFT adapter layer (it holds ``lora_A`` and ``lora_B``, or wraps a
-    ``base_layer``)."""
-    return all(hasattr(module, a) for a in ADAPTER_MARKS) or hasattr(module, "base_layer")
 
 
 def frozen_fingerprint(model: nn.Module) -> str | None:
