@@ -28,6 +28,7 @@ import torch
 from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
 from ligerkit.train.arms import modules_line
 from ligerkit.train.loading import load_engine
+from ligerkit.train.setup import set_up_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ON = "model.liger_kernel.enabled=true"
@@ -40,7 +41,7 @@ def swap_keys(config: Path, overrides: list[str], device: torch.device) -> list[
     """The module keys the recipe turns on with Liger enabled (from a real apply + build)."""
     engine = load_engine(config, [*overrides, ON])
     try:
-        model = engine.setup_model(device)
+        model = set_up_model(engine, device)
         del model
         return [k for k, on in engine.liger_kit.report.modules.items() if on]
     finally:

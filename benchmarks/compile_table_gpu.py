@@ -26,6 +26,7 @@ from ligerkit.loss import valid_tokens
 from ligerkit.train.arms import modules_line
 from ligerkit.train.compile import compile_layers, reset_compiled
 from ligerkit.train.loading import load_engine
+from ligerkit.train.setup import set_up_model
 from ligerkit.train.step import device_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def timed(config: Path, overrides: list[str], warmup: int, iters: int, device: t
     """Median milliseconds of one compiled forward+loss+backward pass."""
     engine = load_engine(config, overrides)
     try:
-        model = engine.setup_model(device)
+        model = set_up_model(engine, device)
         compile_layers(model, engine.fsdp_units(model))
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = device_batch(engine.make_batch(0, engine.config.train.micro_batch_size, vocab), device,

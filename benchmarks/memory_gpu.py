@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from ligerkit.train import Trainer, load_engine
+from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
@@ -31,7 +31,7 @@ def main() -> None:
     device = torch.device("cuda")
     try:
         trainer = Trainer(engine)
-        model = engine.setup_model(device)
+        model = set_up_model(engine, device)
         weights = torch.cuda.memory_allocated() / GIB
         module = StepModule(engine, model, engine.loss, engine.config.train.autocast_bf16)
         optimizer = trainer.optimizer(module)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from ligerkit.cli import app
 from ligerkit.cli.common import run
-from ligerkit.train import load_engine
+from ligerkit.train import load_engine, set_up_model
 from ligerkit.train.config import ConfigError, load_recipe_config, validate_config
 from ligerkit.train.files import DataError, read_documents, tokenized
 from ligerkit.train.footprint import estimate
@@ -123,7 +123,7 @@ def test_huge_sizes_are_refused_within_a_second_before_anything_is_allocated(set
     began = time.perf_counter()
     engine = load_engine(QWEN3_CPU, sets)
     with pytest.raises(ConfigError, match=message) as caught:
-        engine.setup_model(torch.device("cpu"))  # the trainer's path: the check runs before the build
+        set_up_model(engine, torch.device("cpu"))  # the trainer's path: the check runs before the build
     assert time.perf_counter() - began < 1.0
     assert "GiB" in str(caught.value) and ("Lower" in str(caught.value))
     assert engine.model is None

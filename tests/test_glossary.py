@@ -33,6 +33,7 @@ ALIASES = {
     "FusedTokenLossMixin": "FusedLossMixin",
     "ligerkit.engine": "ligerkit.train",
     "Trainer.recipe": "Trainer.engine",
+    "RecipeEngine.setup_model": "ligerkit.train.set_up_model",
 }
 # The packages whose exported names (and their classes' public members) are the public API.
 PUBLIC_PACKAGES = ("ligerkit", "ligerkit.kit", "ligerkit.train", "ligerkit.integrations")
@@ -209,10 +210,12 @@ ALIAS_USES = {  # alias -> how a use of it reads in code
     "FusedTokenLoss*": re.compile(r"\bFusedTokenLoss(Trainer|Mixin)\b"),
     "ligerkit.engine": re.compile(
         r"^\s*(from ligerkit\.engine\b|import ligerkit\.engine\b|from ligerkit import engine\b)", re.M),
+    "RecipeEngine.setup_model": re.compile(r"\.setup_model\("),
 }
 ALIAS_HOMES = {("src/ligerkit/kit/core.py", "ligerkit.kit.core.verified_by"),  # where each alias is defined
                ("src/ligerkit/integrations/__init__.py", "FusedTokenLoss*"),
-               ("src/ligerkit/integrations/hf_trainer.py", "FusedTokenLoss*")}
+               ("src/ligerkit/integrations/hf_trainer.py", "FusedTokenLoss*"),
+               ("tests/test_setup.py", "RecipeEngine.setup_model")}  # the alias's own test
 PENDING: set[tuple[str, str]] = set()  # (file, alias) uses still to move to the glossary word
 
 

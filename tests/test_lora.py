@@ -19,7 +19,7 @@ from helpers import torchrun_train
 
 from ligerkit.loss import FusedLossRefusedError
 from ligerkit.proof.arm_grads import recipe_loss
-from ligerkit.train import Trainer, load_engine
+from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.adapters import frozen_fingerprint, perturb_zero_adapters
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.train.config import ConfigError, load_recipe_config
@@ -42,7 +42,7 @@ def losses(run: Path) -> list[tuple[int, float]]:
 
 def test_lora_trains_only_the_adapters_and_the_scan_sees_the_adapted_model(tmp_path):
     engine = load_engine(QWEN3_CPU, [*SETS, *LORA])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
@@ -86,7 +86,7 @@ def test_an_adapter_checkpoint_refuses_another_base_and_a_full_model(tmp_path):
 
 def test_the_frozen_fingerprint_sees_any_change_to_a_frozen_weight():
     engine = load_engine(QWEN3_CPU, [*SETS, *LORA])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     first = frozen_fingerprint(model)
     assert first == frozen_fingerprint(model)
     with torch.no_grad():
@@ -121,7 +121,7 @@ def test_two_ranks_train_and_resume_adapters_exactly(tmp_path):
 def test_lora_config_errors_say_what_to_fix(tmp_path, line, words):
     with pytest.raises(ConfigError) as caught:
         engine = load_engine(QWEN3_CPU, [*SETS, line])
-        engine.setup_model(torch.device("cpu"))
+        set_up_model(engine, torch.device("cpu"))
     for word in words:
         assert word in str(caught.value), (word, str(caught.value))
 
@@ -137,7 +137,7 @@ def test_the_fused_loss_refuses_an_output_head_with_an_adapter(tmp_path):
 def _loss_and_grads(sets: list[str], recompute: bool) -> tuple[float, dict[str, torch.Tensor]]:
     engine = load_engine(QWEN3_CPU, [*SETS, *sets])
     torch.manual_seed(0)
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     perturb_zero_adapters(model)
     if recompute:
         assert all(is_recomputed(m) for m in model.model.layers) or recompute_layers(model, engine.fsdp_units(model))
@@ -164,7 +164,7 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(sets):
 
 def test_activation_checkpointing_wraps_each_layer_once_and_keeps_every_name():
     engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=true"])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     names = [n for n, _ in model.named_parameters()]
     assert all(is_recomputed(layer) for layer in model.model.layers)
     assert recompute_layers(model, engine.fsdp_units(model)) == [f"model.layers.{i}" for i in range(2)]
@@ -205,7 +205,7 @@ def test_activation_checkpointing_compiles_whole_with_each_layer_and_keeps_the_g
     plain_loss, plain_grads = _loss_and_grads([], recompute=False)
     engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=true"])
     torch.manual_seed(0)
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     counters.clear()
     try:
         assert compile_layers(model, engine.fsdp_units(model), fullgraph=True) == ["model.layers.0", "model.layers.1"]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from ligerkit.train.config import ConfigError, load_recipe_config
 from ligerkit.train.data import IGNORE_INDEX
 from ligerkit.train.step import StepModule
-from ligerkit.train import Trainer
+from ligerkit.train import Trainer, set_up_model
 from ligerkit.train.loading import load_engine
 from ligerkit.loss import FusedLossRefusedError, fused_linear_token_loss, output_head
 from ligerkit.loss.wiring import check_head_reproduces_logits
@@ -87,7 +87,7 @@ def test_the_fused_loss_equals_the_standard_one_across_uneven_micro_batches(tie)
     results = {}
     for loss in ("off", "fused"):
         engine = load_engine(QWEN3_CPU, [f"model.liger_kernel.loss={loss}", f"model.config.tie_word_embeddings={tie}"])
-        model = engine.setup_model(torch.device("cpu"))
+        model = set_up_model(engine, torch.device("cpu"))
         batches = Trainer(engine).micro_batches(step=0, vocab_size=320)
         batches[1]["labels"][:, :50] = IGNORE_INDEX
         capture = GradCapture(model)

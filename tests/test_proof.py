@@ -302,13 +302,13 @@ def test_a_recipe_folder_resolves_to_its_gpu_config():
 
 
 def test_compile_flag_compiles_each_decoder_layer():
-    from ligerkit.train import Trainer
+    from ligerkit.train import Trainer, set_up_model
     from ligerkit.train.loading import load_engine
     import torch
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
                          ["train.compile=ops", "model.liger_kernel.enabled=false"])
-    model = engine.setup_model(torch.device("meta"))
+    model = set_up_model(engine, torch.device("meta"))
     compiled = Trainer(engine).compile_model(model)
     assert compiled == ["model.layers.0", "model.layers.1"]
     assert model.model.layers[0]._compiled_call_impl is not None

@@ -15,7 +15,7 @@ import torch
 
 from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.proof import asserts
-from ligerkit.train import Trainer, load_engine
+from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.arms import modules_line
 
 RECIPES = sorted(p.parent for p in Path(__file__).resolve().parents[1].glob("recipes/*/configs"))
@@ -51,7 +51,7 @@ def test_liger_on_a_cpu_fails_before_building_anything(recipe):
     built: list[torch.device] = []
     engine.build_model = built.append  # type: ignore[method-assign]  # would record a build
     with pytest.raises(LigerNeedsAcceleratorError, match="model.liger_kernel.enabled=false"):
-        engine.setup_model(torch.device("cpu"))
+        set_up_model(engine, torch.device("cpu"))
     assert built == [] and not engine.liger_kit.active
 
 

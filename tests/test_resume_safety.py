@@ -176,12 +176,10 @@ def test_a_recipe_planted_in_a_run_folder_is_never_imported(run):
 
 
 def test_a_run_refused_before_it_starts_leaves_no_folder(tmp_path, monkeypatch):
-    from ligerkit.train.recipe import RecipeEngine
-
-    def refuse(self, device):
+    def refuse(engine, device):
         raise RuntimeError("refused while building the model")
 
-    monkeypatch.setattr(RecipeEngine, "setup_model", refuse)
+    monkeypatch.setattr("ligerkit.train.trainer.set_up_model", refuse)
     with pytest.raises(RuntimeError, match="refused while building"):
         train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs'}")
     assert list((tmp_path / "runs").rglob("*")) in ([], [tmp_path / "runs" / "qwen3-cpu"])

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from ligerkit.train.config import ConfigError, load_recipe_config, validate_config
 from ligerkit.train.data import IGNORE_INDEX, ByteTokenizer, text_batch
 from ligerkit.loss import token_loss_sum
-from ligerkit.train import Trainer
+from ligerkit.train import Trainer, set_up_model
 from ligerkit.train.step import StepModule
 from ligerkit.train.loading import load_engine
 from helpers import GradCapture, torchrun_train
@@ -76,7 +76,7 @@ def test_data_is_deterministic_padded_and_ignored_at_padding():
 def test_the_recipe_loss_is_token_normalized_over_the_whole_step():
     """Two micro-batches with different valid-token counts: loss = sum CE / total valid tokens."""
     engine = load_engine(QWEN3_CPU, ["train.progress=false"])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     reference = load_engine(QWEN3_CPU).prepare_model(torch.device("cpu"))
     reference.load_state_dict(model.state_dict())
     batches = Trainer(engine).micro_batches(step=0, vocab_size=320)
@@ -131,7 +131,7 @@ def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
     engine = load_engine(QWEN3_CPU, ["model.source=pretrained", f"model.pretrained_path={tmp_path / 'ckpt'}",
                                      "model.config={}",
                                      "train.steps=2", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     torch.testing.assert_close(model.state_dict()["model.norm.weight"], saved.state_dict()["model.norm.weight"])
     torch.testing.assert_close(model.lm_head.weight, saved.lm_head.weight)
     result = Trainer(engine).train(torch.device("cpu"))
@@ -149,7 +149,7 @@ def test_mfu_counts_matmuls_and_attention():
     from ligerkit.train.flops import flops_per_token
 
     engine = load_engine(QWEN3_CPU)
-    model = engine.setup_model(torch.device("meta"))
+    model = set_up_model(engine, torch.device("meta"))
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     expected = 6 * linear + 12 * 2 * 4 * 16 * 64  # layers x heads x head_dim x seq_len
     assert flops_per_token(model, 64) == expected
@@ -157,7 +157,7 @@ def test_mfu_counts_matmuls_and_attention():
 
 def _step_grads(recipe_config: Path, overrides: list[str], batches) -> tuple[float, dict[str, torch.Tensor]]:
     engine = load_engine(recipe_config, ["train.progress=false", "train.grad_clip=0", *overrides])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     capture = GradCapture(model)
     loss, _, _ = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
     return loss, capture.grads
@@ -198,13 +198,13 @@ def test_dropping_a_mask_that_matters_is_refused():
 
 def test_adamw_is_fused_only_on_cuda():
     engine = load_engine(QWEN3_CPU, ["model.liger_kernel.enabled=false"])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     assert not Trainer(engine).optimizer(model).defaults["fused"]  # the CPU keeps the multi-tensor AdamW
 
 
 def test_the_engine_builds_models_without_a_kv_cache():
     engine = load_engine(QWEN3_CPU, ["model.liger_kernel.enabled=false"])
-    model = engine.setup_model(torch.device("cpu"))
+    model = set_up_model(engine, torch.device("cpu"))
     batch = Trainer(engine).micro_batches(step=0, vocab_size=320)[0]
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     assert out.past_key_values is None

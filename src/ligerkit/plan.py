@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ligerkit.kit.build import apply_build_scan
 from ligerkit.kit.core import LOSS_MODULES, LigerKernelKit
 from ligerkit.hf import PLAN_LAYERS, build_meta_model, default_config, load_local_config
 from ligerkit.kit.official import Modules
@@ -46,7 +47,8 @@ def plan(
     modules: Modules = "auto",
     excluded_modules: Sequence[str] = LOSS_MODULES,
 ) -> PlanResult:
-    """Apply on a fresh kit, meta-build the model, scan it, and revert (always)."""
+    """Apply on a fresh kit, meta-build the model, scan it (the kit's one apply-build-scan path,
+    :func:`~ligerkit.kit.apply_build_scan`), and revert (always)."""
     kit = LigerKernelKit()
     if model_path is not None:
         config = load_local_config(model_path)
@@ -55,14 +57,16 @@ def plan(
         family = family or DEFAULT_FAMILY
         config = None
         source = f"transformers' default {family} config (at most {PLAN_LAYERS} layers)"
+    reports: list[LigerKernelReport] = []
+
+    def apply_and_build() -> Any:
+        reports.append(kit.apply(model_path, model_family=family, modules=modules, excluded_modules=excluded_modules))
+        built_from = config if config is not None else default_config(reports[0].applications[0].family or family)
+        return build_meta_model(built_from)
+
     try:
-        report = kit.apply(
-            model_path, model_family=family, modules=modules, excluded_modules=excluded_modules
-        )
-        if config is None:
-            config = default_config(report.applications[0].family or family)
-        model = build_meta_model(config)
-        scan = kit.scan(model)
-        return PlanResult(report, scan, f"{type(model).__module__}.{type(model).__qualname__}", source)
+        model, scan = apply_build_scan(kit, apply_and_build)
+        assert scan is not None
+        return PlanResult(reports[0], scan, f"{type(model).__module__}.{type(model).__qualname__}", source)
     finally:
         kit.revert()

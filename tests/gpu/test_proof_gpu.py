@@ -33,11 +33,11 @@ def test_bench_measures_liger_faster_than_eager(tmp_path):
 
 @pytest.mark.gpu
 def test_the_engine_uses_fused_adamw_on_cuda():
-    from ligerkit.train import Trainer
+    from ligerkit.train import Trainer, set_up_model
     from ligerkit.train.loading import load_engine
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml", ["model.liger_kernel.enabled=false"])
-    model = engine.setup_model(torch.device("cuda"))
+    model = set_up_model(engine, torch.device("cuda"))
     assert Trainer(engine).optimizer(model).defaults["fused"] is True
     off = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
                       ["model.liger_kernel.enabled=false", "train.fused_adamw=false"])

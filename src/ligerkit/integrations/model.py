@@ -1,4 +1,5 @@
-"""Load a model for any trainer: apply the kit, build, scan, and keep the kit with the model.
+"""Load a model for any trainer: apply the kit, build, scan (``ligerkit.kit.apply_build_scan``), and keep
+the kit with the model.
 
     model = load_model("path/to/checkpoint")          # official route from config.json's model_type
     model.ligerkit.report, model.ligerkit.scan         # what was swapped, what the model holds
@@ -22,7 +23,7 @@ from torch import nn
 
 from ligerkit.errors import InvalidOptionError, ModelBuildError
 from ligerkit.hf import build_model, load_config, model_class_for
-from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult
+from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult, apply_build_scan
 from ligerkit.kit.core import scanned_by
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.kit.official import Modules
@@ -119,7 +120,8 @@ def load_model(
         compile: you will ``torch.compile`` the model (or its layers): Liger's kernels then run as
             ``ligerkit.compile`` operators (see :meth:`LigerKernelKit.apply`).
 
-    Everything this call applied is reverted if building or scanning fails.
+    Everything this call applied is reverted if building or scanning fails (the kit's one
+    apply-build-scan path, :func:`~ligerkit.kit.apply_build_scan`).
     """
     path = Path(model_name_or_path) if model_name_or_path is not None else None
     if path is not None and not path.is_dir():
@@ -144,18 +146,20 @@ def load_model(
         raise InvalidOptionError(f"{', '.join(sorted(model_kwargs))} go to from_pretrained, but this build starts "
                                  "from the config without weights; drop them or load a checkpoint with weights")
     kit = kit if kit is not None else LigerKernelKit()
-    with kit.undone_on_error():
+
+    def apply_and_build() -> nn.Module:
         if custom_patches is not None:
             kit.apply(model_family=model_family or config.model_type, custom_patches=custom_patches,
                       excluded_modules=excluded_modules, config=config, compile=compile)
         else:
             kit.apply(model_family=model_family or config.model_type, modules=modules,
                       excluded_modules=excluded_modules, compile=compile)
-        model = _build(model_class or model_class_for(config), config, path if load_weights else None,
-                       dtype, model_kwargs)
-        if device is not None:
-            model = model.to(device)
-        scan = kit.scan(model)
+        return _build(model_class or model_class_for(config), config, path if load_weights else None,
+                      dtype, model_kwargs)
+
+    moved = () if device is None else (lambda model: model.to(device),)  # nn.Module.to moves in place
+    model, scan = apply_build_scan(kit, apply_and_build, before_scan=moved)
+    assert scan is not None
     attach(model, kit, scan)
     return model
 

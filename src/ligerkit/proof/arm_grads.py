@@ -2,8 +2,8 @@
 
 ``recipe_grad_parity`` compares two arms (Liger off and on); finding where compiling over Liger's
 swaps changes training needs more: eager and compiled, every swap on, and each swap alone. Here an
-arm is a set of config overrides plus whether its decoder layers are compiled. Every arm is built
-through the recipe's engine (the kit applied, the model built and scanned), loaded with the float32
+arm is a set of config overrides plus whether its decoder layers are compiled. Every arm is set up as
+the trainer does (``set_up_model``: the kit applied, the model built and scanned), loaded with the float32
 truth's weights, cast to the training dtype, run once forward and backward on the recipe's first
 sample, and then undone: the kit reverted and every compiled graph forgotten.
 """
@@ -27,6 +27,7 @@ from ligerkit.train.compile import compile_layers, reset_compiled
 from ligerkit.train.loading import load_engine
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.setup import set_up_model
 from ligerkit.train.step import device_batch
 
 LIGER_OFF = ("model.liger_kernel.enabled=false",)
@@ -87,7 +88,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     """
     truth_engine = load_engine(config, [*overrides, *LIGER_OFF, "model.dtype=float32"])
     dtype = resolve_dtype(load_engine(config, [*overrides, *LIGER_OFF]).config.model.dtype, device)
-    model = truth_engine.setup_model(device).float()
+    model = set_up_model(truth_engine, device).float()
     perturb_zero_adapters(model)  # LoRA's B starts at zero: every A gradient would be zero
     # kept on the host: at 4B parameters a float32 copy on the GPU is 16 GiB the arms need
     state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -103,7 +104,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     for name, arm in arms.items():
         engine = load_engine(config, [*overrides, *arm.overrides])
         try:
-            model = engine.setup_model(device)
+            model = set_up_model(engine, device)
             model.load_state_dict(state)
             model.to(dtype)
             if arm.compiled:

@@ -20,6 +20,7 @@ import torch
 from ligerkit.train.config import RecipeConfig, load_recipe_config
 from ligerkit.train.loading import load_recipe
 from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.setup import set_up_model
 
 REQUIRED = ("README.md", "configs", "engine/__init__.py", "tests", "tests/skills/liger-kernel/asserts.py")
 
@@ -86,7 +87,7 @@ def record_prepare(engine: RecipeEngine) -> tuple[torch.nn.Module, list[str]]:
     engine.liger_kit.apply = spy("kit.apply", engine.liger_kit.apply)  # type: ignore[method-assign]
     engine.liger_kit.scan = spy("kit.scan", engine.liger_kit.scan)  # type: ignore[method-assign]
     engine.build_model = spy("build_model", engine.build_model)  # type: ignore[method-assign]
-    model = engine.setup_model(torch.device("meta"))
+    model = set_up_model(engine, torch.device("meta"))
     return model, events
 
 

@@ -19,6 +19,7 @@ from ligerkit.train.config import load_recipe_config
 from ligerkit.train.adapters import training_line
 from ligerkit.train.config import RecipeConfig
 from ligerkit.train.loading import SHIPPED_RECIPES, Recipe, load_recipe, named_recipe, shipped_names
+from ligerkit.train.setup import set_up_model
 from ligerkit.errors import LigerKitError
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult
@@ -137,7 +138,7 @@ def _plan_config(recipe: Recipe, config: RecipeConfig, plan: ConfigPlan) -> str 
     try:
         engine = recipe.engine(config)
         plan.loss_path = engine.loss_path()
-        model = engine.setup_model(torch.device("meta"))
+        model = set_up_model(engine, torch.device("meta"))
         plan.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
         plan.training = training_line(model, config.train)
         if plan.liger_enabled:

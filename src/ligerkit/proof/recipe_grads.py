@@ -1,10 +1,10 @@
 """Gradient parity for a recipe config and for a ``custom_patches`` map, in one process.
 
-``recipe_grad_parity`` builds the recipe's own model three times through its engine (float32 with
-Liger off, the training dtype with Liger off, the training dtype with Liger on: the engine applies
-the kit, builds, scans), takes the standard token loss of the recipe's first sample, and reverts the
-kit after the patched arm. ``map_grad_parity`` does the same for a modeling module and a map, on a
-small model of the module (``ligerkit suggest --gpu``).
+``recipe_grad_parity`` sets the recipe's own model up three times as the trainer does (float32 with
+Liger off, the training dtype with Liger off, the training dtype with Liger on: ``set_up_model``, where
+the engine applies the kit and builds, then the model is scanned), takes the standard token loss of
+the recipe's first sample, and reverts the kit after the patched arm. ``map_grad_parity`` does the
+same for a modeling module and a map, on a small model of the module (``ligerkit suggest --gpu``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from torch import nn
 
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.loading import load_engine
+from ligerkit.train.setup import set_up_model
+from ligerkit.kit.build import apply_build_scan
 from ligerkit.kit.core import LigerKernelKit
 from ligerkit.kit.custom import CustomPatches, LigerPatch
 from ligerkit.proof.arm_grads import recipe_loss
@@ -51,7 +53,7 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
 
     def build() -> nn.Module:
         arm = current["arm"] = next(order, "patched")
-        return engines[arm].setup_model(device)
+        return set_up_model(engines[arm], device)
 
     def loss(model: nn.Module) -> torch.Tensor:
         return recipe_loss(engines[current["arm"]], device, 0, 1)(model)  # the arm's own loss, first sample
@@ -95,20 +97,20 @@ def _map_grad_parity(module: types.ModuleType, config: Any, custom_patches: Cust
     del found  # each arm builds its own model
     kit = LigerKernelKit()
 
-    def build() -> nn.Module:
+    def construct() -> nn.Module:
         # the class as the module binds it now: the map may patch the model class itself
         cls = getattr(module, model_name, None) or model_class
         try:
-            model = build_model_class(cls, built_from, device=device.type)
+            return build_model_class(cls, built_from, device=device.type)
         except Unrunnable as exc:
             if not kit.active:
                 raise
             raise ModelBuildError(f"the map breaks the construction of {model_name}, which builds without it: {exc}. "
                                   "A replacement does not take the arguments the model passes to the symbol it "
                                   "replaces; leave that key off (`ligerkit suggest` leaves such symbols off).") from exc
-        if kit.active:
-            kit.scan(model)
-        return model.to(device)
+
+    def build() -> nn.Module:  # the patched arm's map is applied by ``patched`` around it
+        return apply_build_scan(kit, construct, scan=kit.active).model.to(device)
 
     def loss(model: nn.Module) -> torch.Tensor:
         dtype = next(model.parameters()).dtype  # float inputs (hidden states, pixels) follow the arm's dtype

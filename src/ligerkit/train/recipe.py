@@ -9,10 +9,11 @@ few lines of its own ``prepare_model``::
                 self.liger_kit.apply(**self.official_liger())          # before the model exists
             return self.build_model(device)
 
-The trainer (``trainer.py``) runs any recipe: ``setup_model`` refuses Liger on a machine without an
-accelerator, calls ``prepare_model`` (apply, then build), then scans the built model. Hooks a recipe
-may override: ``prepare_model``, ``build_model``, ``make_batch``, ``forward_logits``,
-``forward_hidden`` and ``fsdp_units``.
+The trainer runs any recipe: its set-up (``ligerkit.train.setup.set_up_model``) refuses Liger on a
+machine without an accelerator, checks the footprint, seeds, calls ``prepare_model`` (apply, then build),
+then scans the built model and leaves it here as ``model`` and its scan as ``scan``. Hooks a recipe may
+override: ``model_config``, ``validate``, ``check_footprint``, ``prepare_model``, ``build_model``,
+``make_batch``, ``forward_logits``, ``forward_hidden`` and ``fsdp_units``.
 """
 
 from __future__ import annotations
@@ -25,19 +26,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.environment import NEEDS_ACCELERATOR
-from ligerkit.errors import LigerKitError, LigerNeedsAcceleratorError
+from ligerkit.errors import LigerKitError
 from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
-from ligerkit.train.adapters import add_lora
 from ligerkit.train.checks import check_modules, check_paths, problems_of
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors
 from ligerkit.train.data import text_batch
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.footprint import Footprint, check_footprint
-from ligerkit.train.models import build_transformers_model, disable_kv_cache, transformers_config
-from ligerkit.train.recompute import recompute_layers
+from ligerkit.train.models import build_transformers_model, transformers_config
+from ligerkit.train.setup import set_up_model
 
 Batch = dict[str, torch.Tensor]
 
@@ -72,7 +71,7 @@ class RecipeEngine:
 
     @property
     def unwrapped_model(self) -> nn.Module | None:
-        """The model ``setup_model`` built (never sharded or compiled wrappers)."""
+        """The model the set-up built (``set_up_model``; never sharded or compiled wrappers)."""
         return self.model
 
     # ----- the wiring: arguments for ``self.liger_kit.apply`` -----------------------------------
@@ -170,30 +169,6 @@ class RecipeEngine:
         """Class names FSDP2 shards one by one (transformers' ``_no_split_modules``)."""
         return tuple(getattr(model, "_no_split_modules", None) or ())
 
-    # ----- what the trainer runs ----------------------------------------------------------------
-    def setup_model(self, device: torch.device) -> nn.Module:
-        """``prepare_model`` (apply, then build), LoRA adapters (``train.lora``), then the scan, in this
-        order, always; then activation checkpointing per layer (``train.activation_checkpointing``)."""
-        if self.liger_enabled and device.type == "cpu":
-            raise LigerNeedsAcceleratorError(
-                f"model.liger_kernel.enabled is true, but {NEEDS_ACCELERATOR} "
-                "and this machine has neither; nothing was built. To train here without Liger, add "
-                "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
-            )
-        self.check_footprint(device)
-        torch.manual_seed(self.config.seed)
-        model = self.prepare_model(device)
-        disable_kv_cache(model)  # a training step never reads a key/value cache
-        t = self.config.train
-        if t.lora is not None:  # before the scan, so the scan and its guard see the adapted model
-            add_lora(model, t.lora)
-        if self.liger_enabled:
-            self.scan = self.liger_kit.scan(model)
-        if t.activation_checkpointing:
-            recompute_layers(model, self.fsdp_units(model))
-        self.model = model
-        return model
-
     def loss_path(self) -> str:
         """Which loss trains, in words (reports, ``check``, ``train``)."""
         return self.loss.describe()
@@ -204,3 +179,9 @@ class RecipeEngine:
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = {k: v.to(device) for k, v in self.make_batch(0, 1, vocab).items()}
         self.loss.check(self, model, batch)
+
+    # ----- the alias ----------------------------------------------------------------------------
+    def setup_model(self, device: torch.device) -> nn.Module:
+        """Alias of :func:`ligerkit.train.setup.set_up_model` (``set_up_model(self, device)``), kept for one
+        release for callers written before the set-up moved to the trainer; call ``set_up_model``."""
+        return set_up_model(self, device)

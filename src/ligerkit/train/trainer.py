@@ -32,6 +32,7 @@ from ligerkit.train.metrics import MetricsLog, StepMetrics
 from ligerkit.train.recipe import Batch, RecipeEngine
 from ligerkit.train.result import TrainResult
 from ligerkit.train.run_dir import RunDirError
+from ligerkit.train.setup import set_up_model
 from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, on_host, total_norm
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, NonFiniteError, TrainingStopped, graceful_signals
 
@@ -108,7 +109,7 @@ class Trainer:
         if main:
             log.info("%s: %d steps on %s x %d, Liger %s, loss %s; run folder %s", self.config.name, t.steps, device,
                      self.env.world_size, "on" if self.engine.liger_enabled else "off", self.engine.loss.name, self.run)
-        model = self.engine.setup_model(device)
+        model = set_up_model(self.engine, device)
         self.engine.check_loss_path(model, device)  # a refused loss path leaves no run folder
         report = self.engine.liger_kit.report if self.engine.liger_kit.active else None
         if main and report is not None:

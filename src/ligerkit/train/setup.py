@@ -1,0 +1,68 @@
+"""The trainer's set-up of a recipe's model: the order is the runner's, the steps are the recipe's hooks.
+
+:func:`set_up_model` is what the :class:`~ligerkit.train.Trainer`, ``ligerkit check``, the recipes'
+asserts and the gradient proofs call, in this order, always:
+
+1. refuse Liger on a machine without an accelerator (:class:`~ligerkit.errors.LigerNeedsAcceleratorError`),
+   before anything is built;
+2. the recipe's footprint check (``engine.check_footprint``);
+3. seed torch with ``seed``;
+4. the recipe's ``prepare_model`` (its own ``liger_kit.apply``, then ``build_model``);
+5. the key/value cache off, LoRA adapters (``train.lora``);
+6. the scan (Liger on), which sees the adapted model;
+7. activation checkpointing per layer (``train.activation_checkpointing``).
+
+Steps 4 to 7 are the kit's one apply-build-scan path (:func:`ligerkit.kit.apply_build_scan`): if any of
+them raises, every swap the set-up applied is reverted. The built model and its scan are left on the
+engine (``engine.model``, ``engine.unwrapped_model``, ``engine.scan``), where the trainer and the
+recipes' asserts read them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from ligerkit.environment import NEEDS_ACCELERATOR
+from ligerkit.errors import LigerNeedsAcceleratorError
+from ligerkit.kit.build import Step, apply_build_scan
+from ligerkit.train.adapters import add_lora
+from ligerkit.train.models import disable_kv_cache
+from ligerkit.train.recompute import recompute_layers
+
+if TYPE_CHECKING:  # recipe.py imports this module (its setup_model alias delegates here)
+    from ligerkit.train.recipe import RecipeEngine
+
+
+def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
+    """Set ``engine``'s model up on ``device`` in the trainer's order (see the module docstring).
+
+    Returns the built model, also left as ``engine.model``; with Liger on, its scan is ``engine.scan``.
+    Raises :class:`~ligerkit.errors.LigerNeedsAcceleratorError` for Liger on a CPU (nothing built), the
+    footprint check's error before anything is allocated, and whatever a recipe hook or the scan raises
+    (the swaps of this set-up reverted, ``engine.model`` and ``engine.scan`` left as they were).
+    """
+    if engine.liger_enabled and device.type == "cpu":
+        raise LigerNeedsAcceleratorError(
+            f"model.liger_kernel.enabled is true, but {NEEDS_ACCELERATOR} "
+            "and this machine has neither; nothing was built. To train here without Liger, add "
+            "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
+        )
+    engine.check_footprint(device)
+    torch.manual_seed(engine.config.seed)
+    t = engine.config.train
+    before_scan: list[Step] = [disable_kv_cache]  # a training step never reads a key/value cache
+    if t.lora is not None:  # before the scan, so the scan and its guard see the adapted model
+        lora = t.lora
+        before_scan.append(lambda model: add_lora(model, lora))
+    after_scan: list[Step] = []
+    if t.activation_checkpointing:
+        after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model)))
+    model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device), before_scan=before_scan,
+                                   after_scan=after_scan, scan=engine.liger_enabled)
+    if engine.liger_enabled:
+        engine.scan = scan
+    engine.model = model
+    return model
