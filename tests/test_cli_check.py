@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ligerkit.cli import app
-from ligerkit.proof.check import resolve_recipe, shipped_recipes
+from ligerkit.proof.recipe_check import resolve_recipe, shipped_recipes
 from ligerkit.train.loading import SHIPPED_RECIPES
 
 runner = CliRunner()

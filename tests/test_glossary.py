@@ -34,6 +34,9 @@ ALIASES = {
     "ligerkit.engine": "ligerkit.train",
     "Trainer.recipe": "Trainer.engine",
     "RecipeEngine.setup_model": "ligerkit.train.set_up_model",
+    "ligerkit.kit.checks": "ligerkit.kit.swap_checks",  # the check modules, named for what they check
+    "ligerkit.train.checks": "ligerkit.train.config_checks",
+    "ligerkit.proof.check": "ligerkit.proof.recipe_check",
 }
 # The packages whose exported names (and their classes' public members) are the public API.
 PUBLIC_PACKAGES = ("ligerkit", "ligerkit.kit", "ligerkit.train", "ligerkit.integrations")
@@ -170,7 +173,7 @@ def public_names() -> set[str]:
 
 def test_the_public_names_use_the_glossary_words():
     names = public_names()
-    assert {"LigerKernelKit.scan", "FusedLossTrainer", "RecipeEngine.prepare_model", "proof.check"} <= names
+    assert {"LigerKernelKit.scan", "FusedLossTrainer", "RecipeEngine.prepare_model", "proof.recipe_check"} <= names
     texts = {name: _words(name) for name in names if name not in ALIASES}
     assert not offenders(texts), offenders(texts)
 
@@ -201,6 +204,13 @@ def test_the_aliases_still_work(kit):
     with pytest.warns(DeprecationWarning, match="ligerkit.engine is deprecated"):
         engine = importlib.import_module("ligerkit.engine")
     assert issubclass(engine.Engine, RecipeEngine)
+    for alias in ("ligerkit.kit.checks", "ligerkit.train.checks", "ligerkit.proof.check"):  # the old module paths
+        old, new = importlib.import_module(alias), importlib.import_module(ALIASES[alias])
+        assert old.__all__ and all(getattr(old, name) is getattr(new, name) for name in old.__all__), alias
+        assert "alias" in (old.__doc__ or "").lower() and ALIASES[alias] in old.__doc__, alias
+        public = {name for name, value in vars(new).items() if not name.startswith("_")
+                  and getattr(value, "__module__", None) == new.__name__}
+        assert public <= set(old.__all__), (alias, public - set(old.__all__))
 
 
 ALIAS_USES = {  # alias -> how a use of it reads in code
@@ -211,11 +221,18 @@ ALIAS_USES = {  # alias -> how a use of it reads in code
     "ligerkit.engine": re.compile(
         r"^\s*(from ligerkit\.engine\b|import ligerkit\.engine\b|from ligerkit import engine\b)", re.M),
     "RecipeEngine.setup_model": re.compile(r"\.setup_model\("),
+    **{alias: re.compile(rf"\b{re.escape(alias)}\b|\b{re.escape(alias.split('.', 1)[1].replace('.', '/'))}\.py\b"
+                         rf"|^\s*from {re.escape(package)} import (\([^)]*|[^\n(]*)\b{name}\b", re.M)
+       for alias in ("ligerkit.kit.checks", "ligerkit.train.checks", "ligerkit.proof.check")
+       for package, name in [alias.rsplit(".", 1)]},
 }
 ALIAS_HOMES = {("src/ligerkit/kit/core.py", "ligerkit.kit.core.verified_by"),  # where each alias is defined
                ("src/ligerkit/integrations/__init__.py", "FusedTokenLoss*"),
                ("src/ligerkit/integrations/hf_trainer.py", "FusedTokenLoss*"),
-               ("tests/test_setup.py", "RecipeEngine.setup_model")}  # the alias's own test
+               ("tests/test_setup.py", "RecipeEngine.setup_model"),  # the alias's own test
+               ("src/ligerkit/kit/checks.py", "ligerkit.kit.checks"),  # the alias modules name themselves
+               ("src/ligerkit/train/checks.py", "ligerkit.train.checks"),
+               ("src/ligerkit/proof/check.py", "ligerkit.proof.check")}
 PENDING: set[tuple[str, str]] = set()  # (file, alias) uses still to move to the glossary word
 
 

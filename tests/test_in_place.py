@@ -17,9 +17,9 @@ from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
 from ligerkit import LigerPatch
 from ligerkit.errors import InPlaceBackwardError
-from ligerkit.kit.checks import writes_in_place
 from ligerkit.kit.families import all_families
 from ligerkit.kit.snapshot import MISSING, Snapshot, import_all, owners_of
+from ligerkit.kit.swap_checks import writes_in_place
 from ligerkit.probe.aliasing import FORWARD_AND_BACKWARD, in_place_hazard
 from ligerkit.probe.catalog import CATALOG, by_name
 from ligerkit.suggest import suggest

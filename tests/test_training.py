@@ -155,6 +155,17 @@ def test_mfu_counts_matmuls_and_attention():
     assert flops_per_token(model, 64) == expected
 
 
+def test_mfu_counts_no_weight_gradient_for_frozen_weights():
+    from ligerkit.train.flops import flops_per_token
+
+    model = set_up_model(load_engine(QWEN3_CPU, ["train.lora={rank: 4, alpha: 8}"]), torch.device("meta"))
+    frozen = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
+                 and not m.weight.requires_grad)
+    trained = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.requires_grad)
+    assert frozen and trained
+    assert flops_per_token(model, 64) == pytest.approx(4 * frozen + 6 * trained + 12 * 2 * 4 * 16 * 64)
+
+
 def _step_grads(recipe_config: Path, overrides: list[str], batches) -> tuple[float, dict[str, torch.Tensor]]:
     engine = load_engine(recipe_config, ["train.progress=false", "train.grad_clip=0", *overrides])
     model = set_up_model(engine, torch.device("cpu"))

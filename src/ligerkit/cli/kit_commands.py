@@ -219,7 +219,7 @@ def check(
     def body() -> None:
         err.print("check: importing torch, transformers and the kit", markup=False, highlight=False)
         from ligerkit.kit.report import render_report
-        from ligerkit.proof.check import check_recipe
+        from ligerkit.proof.recipe_check import check_recipe
 
         result = check_recipe(recipe, progress)
         if as_json:

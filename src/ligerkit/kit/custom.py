@@ -29,10 +29,11 @@ from ligerkit.errors import (
     NoEffectError,
     PatchImportError,
 )
-from ligerkit.kit.checks import probe_patches
 from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
 from ligerkit.kit.snapshot import Snapshot, owners_of, scope_of
+from ligerkit.kit.swap_checks import probe_patches
+from ligerkit.probe.training_form import form_note
 from ligerkit.naming import qualified_name
 
 
@@ -229,6 +230,7 @@ def apply_custom(
     if any(s.scope == "process" for s in patched):
         notes.append("a patch reaches a process-wide binding: every later user of it (any model) gets the "
                      "replacement until revert()")
+    notes += filter(None, [form_note()])
     return Application(
         route=ROUTE_CUSTOM,
         family=label,

@@ -5,7 +5,7 @@ once per enabled module with only that module on. Pre-build, Liger's helpers tre
 its own ``if`` block, so this does exactly what one call with all the flags would, while the
 snapshots around each call tell which module swapped what, and which enabled module did nothing.
 
-Each module's swaps are then checked against the model they are for (``checks.py``): a swap that
+Each module's swaps are then checked against the model they are for (``swap_checks.py``): a swap that
 a table filled at import cannot see, or an in-place kernel where another consumer shares what it
 writes, is left off when ``modules="auto"`` (the report says why) and refused when asked for
 explicitly. The helper's swaps are undone as soon as they are measured and made again by the ledger,
@@ -29,12 +29,12 @@ from ligerkit.errors import (
     UnknownModuleError,
     UnsupportedModuleError,
 )
-from ligerkit.kit.checks import aliasing_of, swap_problem
 from ligerkit.kit.families import Family, known_module_names
 from ligerkit.kit.ledger import Ledger, live_layers
 from ligerkit.kit.official_probe import OfficialFindings, probe_official
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
 from ligerkit.naming import MISSING
+from ligerkit.probe.training_form import form_note
 from ligerkit.kit.snapshot import (
     PROCESS_WIDE_MODULES,
     Snapshot,
@@ -45,6 +45,7 @@ from ligerkit.kit.snapshot import (
     owners_of,
     scope_of,
 )
+from ligerkit.kit.swap_checks import aliasing_of, swap_problem
 
 UNCONDITIONAL = "(unconditional)"
 
@@ -263,5 +264,5 @@ def _notes(dropped: list[str], already_on: frozenset[str], effective: dict[str, 
         )
     if any(s.shared for s in patched):
         notes.append("some swaps were already made by another kit: both kits hold them, either may revert first")
-    return notes
+    return [*notes, *filter(None, [form_note()])]
 

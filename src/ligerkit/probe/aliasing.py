@@ -37,6 +37,7 @@ from ligerkit.naming import qualified_name
 from ligerkit.probe import runnable, verdict_cache
 from ligerkit.probe.emulate import emulated_module_forward, emulated_rotary
 from ligerkit.probe.runnable import Runnable, Unrunnable, runnable_model
+from ligerkit.probe.training_form import current_form
 from ligerkit.probe.top_model import config_fingerprint
 
 BACKWARD = "backward"  # dX written into dY
@@ -78,15 +79,11 @@ class AliasingResult:
                 "reason": self.reason, "affected": list(self.affected)}
 
 
-def _global_names(module: types.ModuleType, obj: object) -> list[str]:
-    return [name for name, value in list(vars(module).items()) if value is obj]
-
-
 @contextmanager
 def _rebound(module: types.ModuleType, obj: object, wrapper: Callable[..., Any]) -> Iterator[None]:
     """Bind ``wrapper`` wherever ``module`` binds ``obj``, for the block only (this probe's own model)."""
-    names = _global_names(module, obj)
     namespace = vars(module)
+    names = [name for name, value in list(namespace.items()) if value is obj]
     try:
         for name in names:
             namespace[name] = wrapper
@@ -182,13 +179,10 @@ def _gradients(run: Runnable, source: object, module: types.ModuleType, in_place
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
-    scale = float(a.abs().max()) if a.numel() else 0.0
-    return bool((a - b).abs().max() > _TOLERANCE * max(scale, 1e-12)) if a.numel() else False
+    return bool((a - b).abs().max() > _TOLERANCE * max(float(a.abs().max()), 1e-12)) if a.numel() else False
 
 
-_CACHE: dict[tuple[int, str, str, str], AliasingResult] = {}
-
-
+_CACHE: dict[tuple[int, str, str, str, str, str], AliasingResult] = {}
 _DEVICE: ContextVar[str] = ContextVar("ligerkit_in_place_device", default="cpu")
 
 
@@ -214,8 +208,9 @@ def in_place_hazard(source: object, module: types.ModuleType, config: Any = None
     kind of write and device in the process, and on disk (:mod:`~ligerkit.probe.verdict_cache`, whose
     key also holds ``replacement``, the sources and the versions).
     """
-    device = device or _DEVICE.get()
-    key = (id(source), module.__name__, config_fingerprint(config) if config is not None else "", writes, str(device))
+    device, form = device or _DEVICE.get(), current_form()
+    key = (id(source), module.__name__, config_fingerprint(config) if config is not None else "", writes, str(device),
+           form.key if form else "")
     if key not in _CACHE:
         _CACHE[key] = verdict_cache.cached(
             "in-place", lambda: _disk_key(source, module, config, writes, str(device), replacement),
@@ -230,7 +225,8 @@ def _disk_key(source: object, module: types.ModuleType, config: Any, writes: str
             "config": verdict_cache.config_key(config), "config_classes": verdict_cache.config_classes(module),
             "writes": writes, "device": device, "tolerance": _TOLERANCE,
             "replacement": None if replacement is None else verdict_cache.symbol(replacement),
-            "budgets": [runnable.CPU_PARAMETER_BUDGET, runnable.CUDA_PARAMETER_BUDGET]}
+            "budgets": [runnable.CPU_PARAMETER_BUDGET, runnable.CUDA_PARAMETER_BUDGET],
+            "form": form.key if (form := current_form()) else None}
 
 
 def _dump(result: AliasingResult) -> dict[str, Any]:
@@ -262,7 +258,8 @@ def _detect(source: object, module: types.ModuleType, config: Any, device: str) 
 
 
 def _detect_in(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:
-    name = qualified_name(source)
+    name, form = qualified_name(source), current_form()
+    as_trained = f", as it trains: {form.key}" if form else ""
     with _liger_on_cpu(module) as stand_ins:
         @contextmanager
         def watch(model: nn.Module) -> Iterator[Callable[[], bool]]:
@@ -276,23 +273,24 @@ def _detect_in(source: object, module: types.ModuleType, config: Any, device: st
 
         try:
             run = runnable_model(module, config, watch, device=device)
+            if form is not None:  # the model as it trains: adapters, recomputed layers
+                form.adapt(run.model)
             run.model.eval()  # no dropout: both runs must differ only by the emulated write
             clean = _gradients(run, source, module, in_place=False)
             written = _gradients(run, source, module, in_place=True)
         except Unrunnable as exc:
             return AliasingResult(name, False, False, f"unproven: the whole model could not be checked ({exc})")
         except Exception as exc:  # the emulated model failed to run: the hazard stays unknown
-            return AliasingResult(name, False, False, "unproven: the emulated run of the whole model failed "
-                                                      f"({type(exc).__name__}: {_short(exc)})")
+            return AliasingResult(name, False, False, f"unproven: the emulated run of the whole model{as_trained} "
+                                                      f"failed ({type(exc).__name__}: {_short(exc)})")
     affected = tuple(k for k in clean if k in written and _differs(clean[k], written[k]))
     model = type(run.model).__name__
+    where = f"in {model} (the whole model{as_trained})"
     if affected:
         shown = ", ".join(affected[:4]) + (" ..." if len(affected) > 4 else "")
-        return AliasingResult(name, True, True,
-                              f"in {model} (the whole model), another consumer shares what the in-place write "
+        return AliasingResult(name, True, True, f"{where}, another consumer shares what the in-place write "
                               f"overwrites (it changed {len(affected)} gradient(s): {shown})", affected, model)
-    return AliasingResult(name, True, False, f"in {model} (the whole model), nothing else shares what it writes",
-                          (), model)
+    return AliasingResult(name, True, False, f"{where}, nothing else shares what it writes", (), model)
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

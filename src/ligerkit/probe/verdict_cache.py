@@ -40,7 +40,7 @@ from ligerkit.naming import qualified_name
 
 SWITCH_ENV = "LIGERKIT_VERDICT_CACHE"  # "off" (or 0, false, no) turns the verdict cache off
 FORMAT = 1
-_CHECKER = ("probe", "shrink", "hf.py", "naming.py", "kit/checks.py", "kit/official_probe.py")
+_CHECKER = ("probe", "shrink", "hf.py", "naming.py", "kit/swap_checks.py", "kit/official_probe.py")
 _PACKAGES = ("torch", "transformers", "liger-kernel", "ligerkit")
 
 T = TypeVar("T")

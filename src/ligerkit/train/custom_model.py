@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ligerkit.train.checks import build_config
+from ligerkit.train.config_checks import build_config
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.recipe import RecipeEngine
 

@@ -1,7 +1,9 @@
-"""Model FLOPs per token for MFU: 6 x matmul parameters plus attention, forward and backward.
+"""Model FLOPs per token for MFU: matmul parameters plus attention, forward and backward.
 
 Matmul parameters are counted from the model's ``nn.Linear`` layers (embedding lookups cost no
-matmul; a tied output head is counted through its ``lm_head`` Linear). Attention adds
+matmul; a tied output head is counted through its ``lm_head`` Linear): 6 FLOPs per trained weight (2
+forward, 2 for the input's gradient, 2 for the weight's), 4 per frozen one (LoRA's base layers: no
+weight gradient is computed), counting every frozen layer's input gradient. Attention adds
 ``12 x layers x heads x head_dim x seq_len`` per token (QK^T and AV, forward and backward), the
 PaLM convention, counted over the full (not causal-halved) score matrix.
 """
@@ -18,8 +20,9 @@ PEAK_TFLOPS = {"H200": 989.5, "H100": 989.5, "A100": 312.0, "L40S": 362.0}
 
 
 def flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward)."""
-    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    """Training FLOPs per token (forward + backward; a frozen weight's gradient is not computed)."""
+    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    matmul = sum(w.numel() * (6.0 if w.requires_grad else 4.0) for w in linears) / 6.0
     config = text_config(getattr(model, "config", None))
     layers = getattr(config, "num_hidden_layers", 0) or 0
     heads = getattr(config, "num_attention_heads", 0) or 0

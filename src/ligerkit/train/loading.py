@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ligerkit.train.checks import check_model_keys, config_class_for, problems_of
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, load_recipe_config, raw_config
+from ligerkit.train.config_checks import check_model_keys, config_class_for, problems_of
 from ligerkit.train.recipe import RecipeEngine
 from ligerkit.errors import RecipeError
 

@@ -12,8 +12,8 @@ import torch
 
 from ligerkit.errors import ModelBuildError
 from ligerkit.hf import build_model
-from ligerkit.train.checks import build_config, config_class_for
 from ligerkit.train.config import ModelConfig
+from ligerkit.train.config_checks import build_config, config_class_for
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

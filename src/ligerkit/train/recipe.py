@@ -30,8 +30,8 @@ from ligerkit.errors import LigerKitError
 from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
-from ligerkit.train.checks import check_modules, check_paths, problems_of
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors
+from ligerkit.train.config_checks import check_modules, check_paths, problems_of
 from ligerkit.train.data import text_batch
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.footprint import Footprint, check_footprint

@@ -7,7 +7,9 @@ asserts and the gradient proofs call, in this order, always:
    before anything is built;
 2. the recipe's footprint check (``engine.check_footprint``);
 3. seed torch with ``seed``;
-4. the recipe's ``prepare_model`` (its own ``liger_kit.apply``, then ``build_model``);
+4. the recipe's ``prepare_model`` (its own ``liger_kit.apply``, then ``build_model``); with LoRA or
+   activation checkpointing, the in-place checks of that apply run their whole model in the same form
+   (:func:`training_form`);
 5. the key/value cache off, LoRA adapters (``train.lora``);
 6. the scan (Liger on), which sees the adapted model;
 7. activation checkpointing per layer (``train.activation_checkpointing``).
@@ -28,7 +30,8 @@ from torch import nn
 from ligerkit.environment import NEEDS_ACCELERATOR
 from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.kit.build import Step, apply_build_scan
-from ligerkit.train.adapters import add_lora
+from ligerkit.probe.training_form import TrainingForm, checked_in_form
+from ligerkit.train.adapters import add_lora, perturb_zero_adapters
 from ligerkit.train.models import disable_kv_cache
 from ligerkit.train.recompute import recompute_layers
 
@@ -60,9 +63,42 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
     after_scan: list[Step] = []
     if t.activation_checkpointing:
         after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model)))
-    model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device), before_scan=before_scan,
-                                   after_scan=after_scan, scan=engine.liger_enabled)
+    with checked_in_form(training_form(engine)):  # the kit's in-place verdicts see the model as it trains
+        model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device),
+                                       before_scan=before_scan, after_scan=after_scan, scan=engine.liger_enabled)
     if engine.liger_enabled:
         engine.scan = scan
     engine.model = model
     return model
+
+
+def training_form(engine: RecipeEngine) -> TrainingForm | None:
+    """The form ``engine``'s model trains in, for the kit's in-place checks (``None``: as built).
+
+    With ``train.lora`` the checks' whole model gets the same adapters, their ``B`` factors made non-zero
+    so every adapter has a gradient to compare (PEFT starts ``B`` at zero); with
+    ``train.activation_checkpointing`` its layers are recomputed (the recipe's FSDP units where the
+    model has them, else transformers' ``_no_split_modules``). A step that does not fit the checks'
+    model leaves the verdict unproven, never safe.
+    """
+    t = engine.config.train
+    if t.lora is None and not t.activation_checkpointing:
+        return None
+    lora, parts = t.lora, []
+    if lora is not None:
+        targets = lora.target_modules if isinstance(lora.target_modules, str) else ",".join(lora.target_modules)
+        parts.append(f"LoRA r={lora.rank} alpha={lora.alpha:g} dropout={lora.dropout:g} on {targets}")
+    if t.activation_checkpointing:
+        parts.append("activation checkpointing per layer")
+
+    def adapt(model: nn.Module) -> None:
+        if lora is not None:
+            add_lora(model, lora)
+            perturb_zero_adapters(model)
+        if t.activation_checkpointing:
+            units = set(engine.fsdp_units(model))
+            if not any(type(m).__name__ in units for m in model.modules()):
+                units = set(getattr(model, "_no_split_modules", None) or ())
+            recompute_layers(model, units)
+
+    return TrainingForm("; ".join(parts), adapt)

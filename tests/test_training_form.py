@@ -1,0 +1,103 @@
+"""The kit's in-place verdicts under LoRA and activation checkpointing: the checks run their whole model
+in the form it trains in (``ligerkit.probe.training_form``), say so, keep hazards, and never reuse a
+verdict found in another form."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from ligerkit.probe.aliasing import in_place_hazard
+from ligerkit.probe.training_form import TrainingForm, checked_in_form, current_form
+from ligerkit.train import load_engine, set_up_model
+from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.recompute import is_recomputed
+from ligerkit.train.setup import training_form
+from toy_models import modeling_layouts as L
+
+QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+SETS = ["data.seq_len=16", "model.dtype=float32", "train.progress=false"]
+BOTH = ["train.lora={rank: 4, alpha: 8}", "train.activation_checkpointing=true"]
+
+
+def _qwen3() -> tuple[type, object]:
+    module = importlib.import_module("transformers.models.qwen3.modeling_qwen3")
+    return module.Qwen3RMSNorm, module
+
+
+def test_a_pre_norm_family_stays_safe_with_lora_and_checkpointing_and_the_verdict_says_so(tmp_path):
+    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.output_dir={tmp_path}"])
+    form = training_form(engine)
+    seen: list[nn.Module] = []
+    watched = TrainingForm(form.key, lambda model: (form.adapt(model), seen.append(model)))
+    norm, module = _qwen3()
+    with checked_in_form(watched):
+        result = in_place_hazard(norm, module)
+    assert result.checked and not result.hazard, result.reason
+    assert "as it trains: LoRA r=4 alpha=8" in result.reason and "activation checkpointing" in result.reason
+    (model,) = seen  # the whole model the check ran had the adapters and recomputed layers
+    assert any(".lora_A." in name for name, _ in model.named_parameters())
+    assert any(is_recomputed(m) for m in model.modules())
+
+
+def test_a_hazard_stays_a_hazard_under_lora():
+    lora_only = load_engine(QWEN3_CPU, [*SETS, "train.lora={rank: 4, alpha: 8}"])
+    with checked_in_form(training_form(lora_only)):
+        result = in_place_hazard(L.LayoutRMSNorm, L, L.LayoutConfig(layout="post"))
+    assert result.checked and result.hazard, result.reason
+    assert "as it trains: LoRA" in result.reason
+
+
+def test_a_form_that_does_not_fit_the_model_leaves_the_verdict_unproven_and_apart_from_the_plain_one():
+    def broken(model: nn.Module) -> None:
+        raise RuntimeError("this form does not fit")
+
+    norm, module = _qwen3()
+    with checked_in_form(TrainingForm("a form that does not fit", broken)):
+        under = in_place_hazard(norm, module)
+    plain = in_place_hazard(norm, module)
+    assert not under.checked and under.verdict == "unproven" and "does not fit" in under.reason
+    assert plain.checked and not plain.hazard and "as it trains" not in plain.reason
+
+
+def test_the_set_up_applies_the_kit_inside_the_form_and_only_when_the_config_asks(tmp_path):
+    seen: list[object] = []
+
+    class Recording(RecipeEngine):
+        def prepare_model(self, device: torch.device) -> nn.Module:
+            seen.append(current_form())
+            return super().prepare_model(device)
+
+    for sets in (BOTH, []):
+        engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.output_dir={tmp_path}"])
+        set_up_model(Recording(engine.config, engine.recipe_dir), torch.device("cpu"))
+    assert seen[0] is not None and seen[0].key == ("LoRA r=4 alpha=8 dropout=0 on all-linear; "
+                                                   "activation checkpointing per layer")
+    assert seen[1] is None and current_form() is None
+    assert training_form(engine) is None
+
+
+@pytest.mark.parametrize("sets, words", [(["train.lora={rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}"],
+                                          "LoRA r=8 alpha=16 dropout=0 on q_proj,v_proj"),
+                                         (["train.activation_checkpointing=true"], "activation checkpointing per layer")])
+def test_the_form_key_changes_with_every_setting_that_changes_the_steps(sets, words, tmp_path):
+    engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.output_dir={tmp_path}"])
+    assert training_form(engine).key == words
+
+
+def test_the_apply_report_says_which_form_its_in_place_checks_ran_in(tmp_path):
+    from ligerkit import LigerKernelKit
+
+    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.output_dir={tmp_path}"])
+    kit = LigerKernelKit()
+    try:
+        with checked_in_form(training_form(engine)):
+            report = kit.apply(model_family="qwen3")
+        plain = [n for a in report.applications for n in a.notes]
+        assert any(n.endswith("as it trains: " + training_form(engine).key) for n in plain)
+    finally:
+        kit.revert()
