@@ -8,6 +8,8 @@ reads in compile mode (``src/ligerkit/compile/inductor_table.json``): where Indu
 than ``--margin``, the kit leaves that module to Inductor.
 
     python benchmarks/compile_table_gpu.py --out src/ligerkit/compile/inductor_table.json
+    # the same kernels at another width (e.g. the Qwen3-4B shape), into a file of its own:
+    python benchmarks/compile_table_gpu.py --config-name gpu_4b.yaml --out inductor_table_4b.json
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import datetime
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -70,22 +73,27 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--margin", type=float, default=0.02, help="Inductor must be faster by this fraction")
+    parser.add_argument("--config-name", default="gpu.yaml",
+                        help="each recipe's config file to measure at (a recipe without it is skipped)")
     args = parser.parse_args()
     os.environ["LIGERKIT_INDUCTOR_TABLE"] = "none"  # measure every kernel, whatever the committed table says
     device = torch.device("cuda")
     kernels: dict[str, dict[str, object]] = {}
     for recipe, keys, layers in PLAN:
-        config = ROOT / "recipes" / recipe / "configs" / "gpu.yaml"
+        config = ROOT / "recipes" / recipe / "configs" / args.config_name
+        if not config.is_file():
+            print(f"{recipe}: no configs/{args.config_name}, skipped", flush=True)
+            continue
         base = [f"{layers}={args.layers}", "train.compile=ops", f"train.micro_batch_size={args.micro_batch}"]
         inductor = timed(config, [*base, "model.liger_kernel.enabled=false"], args.warmup, args.iters, device)
         for key in keys:
             liger = timed(config, [*base, "model.liger_kernel.enabled=true", modules_line(keys, {key})],
                           args.warmup, args.iters, device)
             kernels[key] = {"liger_ms": round(liger, 3), "inductor_ms": round(inductor, 3),
-                            "model": f"{recipe} gpu.yaml, {args.layers} layers, {args.micro_batch} sequence(s)"}
+                            "model": f"{recipe} {args.config_name}, {args.layers} layers, {args.micro_batch} sequence(s)"}
             print(f"{key}: Liger {liger:.2f} ms, Inductor {inductor:.2f} ms", flush=True)
     table = {"device": torch.cuda.get_device_name(), "measured": datetime.date.today().isoformat(),
-             "command": "python benchmarks/compile_table_gpu.py --out src/ligerkit/compile/inductor_table.json",
+             "command": "python benchmarks/compile_table_gpu.py " + " ".join(sys.argv[1:]),
              "torch": torch.__version__, "margin": args.margin, "kernels": kernels}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
 

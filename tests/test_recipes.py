@@ -74,3 +74,18 @@ def test_each_module_alone_applies_only_its_swaps(recipe):
             assert {s.name for s in engine.liger_kit.report.patched} == {key}
         finally:
             engine.liger_kit.revert()
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "composite_vlm"])
+@pytest.mark.parametrize("dtype, accelerator, expected", [
+    ("auto", None, torch.float32), ("auto", "cuda", torch.bfloat16), ("auto", "npu", torch.bfloat16),
+    ("bfloat16", None, torch.bfloat16), ("float32", "cuda", torch.float32)])
+def test_vlm_images_take_the_dtype_the_model_is_built_in(monkeypatch, name, dtype, accelerator, expected):
+    import ligerkit.environment
+
+    monkeypatch.setattr(ligerkit.environment, "accelerator", lambda: accelerator)
+    root = next(r for r in RECIPES if r.name == name)
+    engine = load_engine(root / "configs" / "cpu.yaml", [f"model.dtype={dtype}"])
+    batch = engine.make_batch(0, 1, 64)
+    assert batch["pixel_values"].dtype == expected
+    assert not batch["input_ids"].is_floating_point() and batch["labels"].dtype == torch.long

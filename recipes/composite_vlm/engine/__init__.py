@@ -69,7 +69,5 @@ class CompositeVLMEngine(RecipeEngine):
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Image + text samples ``start..start+size-1``, deterministic per index."""
-        batch = multimodal_batch(make_batch, self.model_config(), self.config.data, self.config.seed, start, size)
-        if torch.cuda.is_available() and self.config.model.dtype != "float32":
-            batch["pixel_values"] = batch["pixel_values"].to(torch.bfloat16)
-        return batch
+        return multimodal_batch(make_batch, self.model_config(), self.config.data, self.config.seed, start, size,
+                                self.config.model.dtype)

@@ -38,11 +38,5 @@ class Qwen3VLEngine(RecipeEngine):
 
     def make_batch(self, start: int, size: int, vocab_size: int) -> dict[str, torch.Tensor]:
         """Samples ``start..start+size-1``: one synthetic image per sample, deterministic per index."""
-        batch = multimodal_batch(make_batch, self.model_config(), self.config.data, self.config.seed, start, size)
-        return {k: (v.to(torch.bfloat16) if k == "pixel_values" and self._bf16 else v) for k, v in batch.items()}
-
-    @property
-    def _bf16(self) -> bool:
-        return self.config.model.dtype == "bfloat16" or (
-            self.config.model.dtype == "auto" and torch.cuda.is_available()
-        )
+        return multimodal_batch(make_batch, self.model_config(), self.config.data, self.config.seed, start, size,
+                                self.config.model.dtype)

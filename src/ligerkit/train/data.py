@@ -130,11 +130,20 @@ def fill_text_from_corpus(batch: dict[str, torch.Tensor], cfg: DataConfig, seed:
 
 
 def multimodal_batch(make: Callable[..., dict[str, torch.Tensor]], model_config: Any, cfg: DataConfig, seed: int,
-                     start: int, size: int) -> dict[str, torch.Tensor]:
+                     start: int, size: int, model_dtype: str = "float32") -> dict[str, torch.Tensor]:
     """Samples ``start .. start+size-1`` of a recipe's image + text generator ``make`` (called as
     ``make(model_config, size, seq_len, generator=..., motif_seed=seed)``), deterministic per index; with
-    ``data.kind: corpus`` their text is replaced by corpus text (:func:`fill_text_from_corpus`)."""
+    ``data.kind: corpus`` their text is replaced by corpus text (:func:`fill_text_from_corpus`).
+
+    Floating-point media (``pixel_values``) take the dtype the model is built in: ``model_dtype`` (the
+    config's ``model.dtype``) resolved as the build resolves it for this machine's accelerator
+    (``auto``: bf16 on CUDA or an NPU, float32 without one), so images and weights always agree.
+    """
+    from ligerkit.environment import accelerator
+    from ligerkit.train.models import resolve_dtype
+
     batch = make(model_config, size, cfg.seq_len, generator=sample_generator(seed, start), motif_seed=seed)
     if cfg.kind == "corpus":
         fill_text_from_corpus(batch, cfg, seed, start)
-    return batch
+    dtype = resolve_dtype(model_dtype, accelerator() or "cpu")
+    return {k: v.to(dtype) if k != "labels" and v.is_floating_point() else v for k, v in batch.items()}

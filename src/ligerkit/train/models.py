@@ -16,10 +16,11 @@ from ligerkit.train.config import ModelConfig
 from ligerkit.train.config_checks import build_config, config_class_for
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bf16 on an accelerator and float32 on the CPU (and on meta)."""
+def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
+    """``auto`` is bf16 on an accelerator and float32 on the CPU (and on meta); ``device`` is a device or
+    its type (``"npu"`` names one even where this torch has no NPU backend)."""
     if name == "auto":
-        return torch.bfloat16 if device.type in ("cuda", "npu") else torch.float32
+        return torch.bfloat16 if getattr(device, "type", device) in ("cuda", "npu") else torch.float32
     return getattr(torch, name)
 
 
