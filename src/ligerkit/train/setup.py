@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ligerkit.environment import NEEDS_ACCELERATOR
-from ligerkit.errors import LigerNeedsAcceleratorError
+from ligerkit.errors import InvalidOptionError, LigerNeedsAcceleratorError
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.probe.training_form import TrainingForm, checked_in_form
 from ligerkit.train.adapters import add_lora, perturb_zero_adapters
@@ -53,6 +53,11 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
             "and this machine has neither; nothing was built. To train here without Liger, add "
             "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
         )
+    if engine.config.train.cuda_graphs and (device.type not in ("cuda", "meta") or engine.env.distributed):
+        where = "several ranks (FSDP2 gathers and frees weights around each layer)" if engine.env.distributed \
+            else device.type
+        raise InvalidOptionError(f"train.cuda_graphs replays the compiled layers as CUDA graphs on one CUDA GPU; "
+                                 f"this run is on {where}. Set train.cuda_graphs=false; nothing was built.")
     engine.check_footprint(device)
     torch.manual_seed(engine.config.seed)
     t = engine.config.train
