@@ -219,3 +219,16 @@ def test_activation_checkpointing_compiles_whole_with_each_layer_and_keeps_the_g
     for name, grad in plain_grads.items():
         got = dict(model.named_parameters())[name].grad
         assert ((got - grad).norm() / grad.norm().clamp_min(1e-12)).item() <= 1e-3, name
+
+
+def test_the_frozen_fingerprint_is_computed_once_and_only_when_needed(monkeypatch):
+    from ligerkit.train import adapters
+
+    calls = []
+    monkeypatch.setattr(adapters, "frozen_fingerprint", lambda model: calls.append(model) or "hash")
+    model = torch.nn.Linear(2, 2)
+    later = adapters.fingerprint_when_needed(model)
+    assert calls == []  # a run that never saves or loads a checkpoint never hashes its base
+    assert later() == later() == "hash" and calls == [model]
+    adapters.fingerprint_when_needed(model, now=True)  # under torchrun: before the weights are sharded
+    assert len(calls) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -99,8 +100,8 @@ def training_line(model: nn.Module, train: TrainConfig) -> str:
 
 def frozen_fingerprint(model: nn.Module) -> str | None:
     """A SHA-256 of every frozen parameter (name, dtype, shape and bytes, by name), or ``None`` when every
-    parameter trains. Computed once per run (a few seconds for 8B parameters, the tensors hashed in
-    parallel threads); call it before the model is sharded."""
+    parameter trains. A few seconds for 8B parameters (the tensors hashed in parallel threads); call it
+    before the model is sharded (:func:`fingerprint_when_needed` computes it once, when first needed)."""
     frozen = sorted((name, p) for name, p in model.named_parameters() if not p.requires_grad)
     if not frozen:
         return None
@@ -115,6 +116,22 @@ def frozen_fingerprint(model: nn.Module) -> str | None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         parts = list(pool.map(digest, frozen))
     return hashlib.sha256("".join(parts).encode()).hexdigest()
+
+
+def fingerprint_when_needed(model: nn.Module, now: bool = False) -> Callable[[], str | None]:
+    """A function returning :func:`frozen_fingerprint` of ``model``, computed at its first call and kept
+    (hashing an 8B base takes seconds, and most runs never save or load a checkpoint). ``now=True``
+    computes it at once: under torchrun, where the weights are sharded after this point."""
+    found: list[str | None] = []
+
+    def fingerprint() -> str | None:
+        if not found:
+            found.append(frozen_fingerprint(model))
+        return found[0]
+
+    if now:
+        fingerprint()
+    return fingerprint
 
 
 def perturb_zero_adapters(model: nn.Module, seed: int = 0, std: float = 0.02) -> int:

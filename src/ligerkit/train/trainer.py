@@ -22,7 +22,7 @@ import torch
 from ligerkit.errors import LigerKitError
 from ligerkit.loss import valid_tokens
 from ligerkit.train import checkpoint, resume, run_dir
-from ligerkit.train.adapters import frozen_fingerprint, training_line
+from ligerkit.train.adapters import fingerprint_when_needed, training_line
 from ligerkit.train import distributed as D
 from ligerkit.train.distributed import pick_device, use_deterministic_algorithms
 from ligerkit.train.compile import compile_layers
@@ -59,7 +59,7 @@ class Trainer:
         self.run: Path | None = None
         self.resume_seconds: float | None = None
         self._lock: IO[str] | None = None
-        self.frozen: str | None = None  # the hash of the model's frozen weights (train.lora), once built
+        self._frozen: Callable[[], str | None] = lambda: None  # the frozen weights' hash (train.lora), once built
 
     @property
     def recipe(self) -> RecipeEngine:
@@ -120,7 +120,7 @@ class Trainer:
             resolved = self.resolved_config()
             run_dir.write_start(self.run, resolved, liger)
             resume.record(self.run, resolved)
-        self.frozen = frozen_fingerprint(model)  # before sharding: checkpoints hold no frozen weight
+        self._frozen = fingerprint_when_needed(model, now=self.env.distributed)  # before sharding under torchrun
         if main and (t.lora is not None or t.activation_checkpointing):
             log.info("training: %s", training_line(model, t))
         data = self.data(model)
@@ -133,7 +133,7 @@ class Trainer:
         optimizer = self.optimizer(step_module)
         start = self._resume_from(step_module, optimizer)
         if self.init_from is not None:
-            resume.init_weights(Path(self.init_from), step_module, self.env, self.frozen)
+            resume.init_weights(Path(self.init_from), step_module, self.env, self._frozen())
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
@@ -166,7 +166,7 @@ class Trainer:
         began = time.perf_counter()  # the checks count as part of the resume
         found = checkpoint.usable(self.run, self.env)
         resume.check_room(self.run, found, self.config.train.steps)  # before any file is touched
-        done = checkpoint.load(found, model, optimizer, self.env, self.frozen)
+        done = checkpoint.load(found, model, optimizer, self.env, self._frozen())
         self.resume_seconds = round(time.perf_counter() - began, 3)
         if self.env.main:
             kept = run_dir.keep_metrics_through(self.run, done)
@@ -183,7 +183,7 @@ class Trainer:
         due = t.checkpoint_every is not None and done % t.checkpoint_every == 0
         if not (due or signum or limit):
             return
-        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.keep_checkpoints, self.frozen)
+        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.keep_checkpoints, self._frozen())
         if self.env.main:
             log.info("checkpoint after step %d: %s", done, saved)
         if signum or limit:
