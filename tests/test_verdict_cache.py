@@ -259,3 +259,18 @@ def test_the_stored_verdict_is_plain_json_of_the_result(cold, toy, monkeypatch):
                                  "reason": result.reason, "affected": list(result.affected), "model": result.model}
     assert stored["key"]["replacement"]["name"].startswith(qualified_name(LigerRMSNorm))
     assert isinstance(result, AliasingResult)
+
+
+def test_the_folder_keeps_the_most_recently_used_verdicts(cold, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr(V, "MAX_ENTRIES", 3)
+    for i in range(3):  # three verdicts, written a second apart
+        V.cached("test", lambda i=i: {"n": i}, lambda i=i: i, lambda r: {"n": r}, lambda d: d["n"])
+        paths = sorted(V.cache_dir().glob("test-*.json"), key=lambda p: p.stat().st_mtime)
+        os.utime(paths[-1], (time.time() - 10 + i, time.time() - 10 + i))
+    assert V.cached("test", lambda: {"n": 0}, lambda: -1, lambda r: {"n": r}, lambda d: d["n"]) == 0  # read: used now
+    V.cached("test", lambda: {"n": 3}, lambda: 3, lambda r: {"n": r}, lambda d: d["n"])  # a fourth: one must go
+    kept = {json.loads(p.read_text())["verdict"]["n"] for p in V.cache_dir().glob("test-*.json")}
+    assert kept == {0, 2, 3}  # the least recently used (1) went; 0 stayed because it was just read

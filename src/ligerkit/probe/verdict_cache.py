@@ -7,7 +7,7 @@ verdict depends only on what this module puts in its key: the symbol and the rep
 the hash of the files that define them), the modeling module (its source's hash and what it binds
 now: classes, functions, table entries, class methods), the full config (its JSON form and class), the
 device, the checker's own version (ligerkit's version and the hash of its checking code: ``probe``,
-``shrink``, ``hf``, ``naming``, the kit's ``checks`` and ``official_probe``), the Python, torch,
+``shrink``, ``hf``, ``naming``, the kit's ``swap_checks`` and ``official_probe``), the Python, torch,
 transformers and liger-kernel versions, and whether a CUDA GPU is there.
 
 Each verdict is one JSON file, named by the key's hash, under ``$LIGERKIT_CACHE_DIR/verdicts`` (else
@@ -18,6 +18,8 @@ format, holds exactly the key asked for and a verdict whose fields all validate;
 read: the caller rebuilds its result from checked fields, nothing is executed or unpickled. A key that
 cannot be made (a symbol not importable by its name, a module without a source file, a value whose
 text holds a memory address) means the check just runs. ``LIGERKIT_VERDICT_CACHE=off`` turns it off.
+The folder keeps the :data:`MAX_ENTRIES` most recently used verdicts (a read marks an entry used); older
+ones are removed when a new one is written.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ligerkit.cache_files import CACHE_ENV, cache_root, write_json_atomically  # noqa: F401 (CACHE_ENV: re-exported)
+from ligerkit.cache_files import CACHE_ENV, cache_root, prune, touch, write_json_atomically  # noqa: F401 (CACHE_ENV: re-exported)
 from ligerkit.environment import installed_version
 from ligerkit.naming import qualified_name
 
 SWITCH_ENV = "LIGERKIT_VERDICT_CACHE"  # "off" (or 0, false, no) turns the verdict cache off
 FORMAT = 1
+MAX_ENTRIES = 4096  # verdicts kept on disk (about 2 KB each); the least recently used go first
 _CHECKER = ("probe", "shrink", "hf.py", "naming.py", "kit/swap_checks.py", "kit/official_probe.py")
 _PACKAGES = ("torch", "transformers", "liger-kernel", "ligerkit")
 
@@ -222,6 +225,7 @@ def cached(kind: str, key: Callable[[], Mapping[str, Any]], compute: Callable[[]
             raise ValueError("another format or key")
         result = load(stored["verdict"])
         COUNTS["read"] += 1
+        touch(path)
         return result
     except FileNotFoundError:
         pass
@@ -238,3 +242,4 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     """Write atomically; a folder that cannot be written is not an error (the verdict was computed)."""
     if write_json_atomically(path, data, prefix=".verdict-"):
         COUNTS["written"] += 1
+        prune(path.parent, MAX_ENTRIES)
