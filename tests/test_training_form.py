@@ -101,3 +101,21 @@ def test_the_apply_report_says_which_form_its_in_place_checks_ran_in(tmp_path):
         assert any(n.endswith("as it trains: " + training_form(engine).key) for n in plain)
     finally:
         kit.revert()
+
+
+def test_a_checked_model_without_the_named_targets_runs_as_built_and_stays_checked():
+    def watched(targets: str) -> tuple[TrainingForm, list[nn.Module]]:
+        form = training_form(load_engine(QWEN3_CPU, [*SETS, f"train.lora={{rank: 4, alpha: 8, target_modules: {targets}}}"]))
+        seen: list[nn.Module] = []
+        return TrainingForm(form.key, lambda model: (form.adapt(model), seen.append(model))), seen
+
+    form, seen = watched("[no_such_proj]")
+    with checked_in_form(form):
+        result = in_place_hazard(L.LayoutRMSNorm, L, L.LayoutConfig(layout="pre"))
+    assert result.checked and not result.hazard, result.reason
+    assert not any(".lora_" in name for name, _ in seen[0].named_parameters())  # none of the targets there
+    form, seen = watched("[q_proj, no_such_proj]")
+    norm, module = _qwen3()
+    with checked_in_form(form):
+        assert in_place_hazard(norm, module).checked
+    assert {n.split(".")[-4] for n, _ in seen[0].named_parameters() if ".lora_A." in n} == {"q_proj"}

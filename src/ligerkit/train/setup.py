@@ -31,7 +31,7 @@ from ligerkit.environment import NEEDS_ACCELERATOR
 from ligerkit.errors import InvalidOptionError, LigerNeedsAcceleratorError
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.probe.training_form import TrainingForm, checked_in_form
-from ligerkit.train.adapters import add_lora, perturb_zero_adapters
+from ligerkit.train.adapters import add_lora, linear_names, perturb_zero_adapters
 from ligerkit.train.models import disable_kv_cache
 from ligerkit.train.recompute import recompute_layers
 
@@ -80,8 +80,10 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
 def training_form(engine: RecipeEngine) -> TrainingForm | None:
     """The form ``engine``'s model trains in, for the kit's in-place checks (``None``: as built).
 
-    With ``train.lora`` the checks' whole model gets the same adapters, their ``B`` factors made non-zero
-    so every adapter has a gradient to compare (PEFT starts ``B`` at zero); with
+    With ``train.lora`` the checks' whole model gets the same adapters on the linear layers it has of the
+    targets (none where it has none: a vision encoder's module under adapters named for the language
+    model), their ``B`` factors made non-zero so every adapter has a gradient to compare (PEFT starts
+    ``B`` at zero); with
     ``train.activation_checkpointing`` its layers are recomputed (the recipe's FSDP units where the
     model has them, else transformers' ``_no_split_modules``). A step that does not fit the checks'
     model leaves the verdict unproven, never safe.
@@ -98,8 +100,12 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
 
     def adapt(model: nn.Module) -> None:
         if lora is not None:
-            add_lora(model, lora)
-            perturb_zero_adapters(model)
+            present = set(linear_names(model))  # a part of a composite model may hold none of the targets
+            named = lora if lora.target_modules == "all-linear" else lora.model_copy(
+                update={"target_modules": tuple(t for t in lora.target_modules if t in present)})
+            if named.target_modules:
+                add_lora(model, named)
+                perturb_zero_adapters(model)
         if t.activation_checkpointing:
             units = set(engine.fsdp_units(model))
             if not any(type(m).__name__ in units for m in model.modules()):
