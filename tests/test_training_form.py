@@ -119,3 +119,18 @@ def test_a_checked_model_without_the_named_targets_runs_as_built_and_stays_check
     with checked_in_form(form):
         assert in_place_hazard(norm, module).checked
     assert {n.split(".")[-4] for n, _ in seen[0].named_parameters() if ".lora_A." in n} == {"q_proj"}
+
+
+def test_a_recipe_hook_written_for_its_own_model_does_not_stop_the_check():
+    class OwnUnits(RecipeEngine):
+        def fsdp_units(self, model: nn.Module) -> tuple[str, ...]:
+            return (type(model.llm.layers[0]).__name__,)  # only the recipe's own model has .llm
+
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=true"])
+    form = training_form(OwnUnits(engine.config, engine.recipe_dir))
+    seen: list[nn.Module] = []
+    norm, module = _qwen3()
+    with checked_in_form(TrainingForm(form.key + " (own units)", lambda m: (form.adapt(m), seen.append(m)))):
+        result = in_place_hazard(norm, module)
+    assert result.checked and not result.hazard, result.reason
+    assert any(is_recomputed(m) for m in seen[0].modules())  # transformers' _no_split_modules stood in

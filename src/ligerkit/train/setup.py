@@ -83,10 +83,9 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
     With ``train.lora`` the checks' whole model gets the same adapters on the linear layers it has of the
     targets (none where it has none: a vision encoder's module under adapters named for the language
     model), their ``B`` factors made non-zero so every adapter has a gradient to compare (PEFT starts
-    ``B`` at zero); with
-    ``train.activation_checkpointing`` its layers are recomputed (the recipe's FSDP units where the
-    model has them, else transformers' ``_no_split_modules``). A step that does not fit the checks'
-    model leaves the verdict unproven, never safe.
+    ``B`` at zero); with ``train.activation_checkpointing`` its layers are recomputed (the recipe's FSDP
+    units where the model has them, else transformers' ``_no_split_modules``). A step that does not fit
+    the checks' model leaves the verdict unproven, never safe.
     """
     t = engine.config.train
     if t.lora is None and not t.activation_checkpointing:
@@ -102,12 +101,15 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
         if lora is not None:
             present = set(linear_names(model))  # a part of a composite model may hold none of the targets
             named = lora if lora.target_modules == "all-linear" else lora.model_copy(
-                update={"target_modules": tuple(t for t in lora.target_modules if t in present)})
+                update={"target_modules": tuple(n for n in lora.target_modules if n in present)})
             if named.target_modules:
                 add_lora(model, named)
                 perturb_zero_adapters(model)
         if t.activation_checkpointing:
-            units = set(engine.fsdp_units(model))
+            try:  # the recipe's hook is written for its own model, not necessarily for the check's
+                units = set(engine.fsdp_units(model))
+            except Exception:
+                units = set()
             if not any(type(m).__name__ in units for m in model.modules()):
                 units = set(getattr(model, "_no_split_modules", None) or ())
             recompute_layers(model, units)
