@@ -8,8 +8,12 @@ reads in compile mode (``src/ligerkit/compile/inductor_table.json``): where Indu
 than ``--margin``, the kit leaves that module to Inductor.
 
     python benchmarks/compile_table_gpu.py --out src/ligerkit/compile/inductor_table.json
-    # the same kernels at another width (e.g. the Qwen3-4B shape), into a file of its own:
-    python benchmarks/compile_table_gpu.py --config-name gpu_4b.yaml --out inductor_table_4b.json
+    # the same kernels at another width (the Qwen3-4B shape), added as rows of that width:
+    python benchmarks/compile_table_gpu.py --config-name gpu_4b.yaml --merge --out src/ligerkit/compile/inductor_table.json
+
+Each row records the model's width (its hidden size); ``--merge`` keeps the rows of other widths already
+in ``--out`` (a row of the same width is replaced), so the kit can pick the row nearest to the model it
+applies for (``ligerkit.compile.table``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from ligerkit.hf import hidden_width
 from ligerkit.loss import valid_tokens
 from ligerkit.train.arms import modules_line
 from ligerkit.train.compile import compile_layers, reset_compiled
@@ -75,22 +80,29 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.02, help="Inductor must be faster by this fraction")
     parser.add_argument("--config-name", default="gpu.yaml",
                         help="each recipe's config file to measure at (a recipe without it is skipped)")
+    parser.add_argument("--merge", action="store_true", help="keep the rows of other widths already in --out")
     args = parser.parse_args()
     os.environ["LIGERKIT_INDUCTOR_TABLE"] = "none"  # measure every kernel, whatever the committed table says
     device = torch.device("cuda")
-    kernels: dict[str, dict[str, object]] = {}
+    kernels: dict[str, list[dict[str, object]]] = {}
+    if args.merge and Path(args.out).is_file():
+        kernels = {k: [r for r in (v if isinstance(v, list) else [v])]
+                   for k, v in json.loads(Path(args.out).read_text()).get("kernels", {}).items()}
     for recipe, keys, layers in PLAN:
         config = ROOT / "recipes" / recipe / "configs" / args.config_name
         if not config.is_file():
             print(f"{recipe}: no configs/{args.config_name}, skipped", flush=True)
             continue
         base = [f"{layers}={args.layers}", "train.compile=ops", f"train.micro_batch_size={args.micro_batch}"]
+        width = hidden_width(load_engine(config, base).model_config())
         inductor = timed(config, [*base, "model.liger_kernel.enabled=false"], args.warmup, args.iters, device)
         for key in keys:
             liger = timed(config, [*base, "model.liger_kernel.enabled=true", modules_line(keys, {key})],
                           args.warmup, args.iters, device)
-            kernels[key] = {"liger_ms": round(liger, 3), "inductor_ms": round(inductor, 3),
-                            "model": f"{recipe} {args.config_name}, {args.layers} layers, {args.micro_batch} sequence(s)"}
+            row = {"width": width, "measured": datetime.date.today().isoformat(),
+                   "liger_ms": round(liger, 3), "inductor_ms": round(inductor, 3),
+                   "model": f"{recipe} {args.config_name}, {args.layers} layers, {args.micro_batch} sequence(s)"}
+            kernels[key] = [r for r in kernels.get(key, []) if r.get("width") != width] + [row]
             print(f"{key}: Liger {liger:.2f} ms, Inductor {inductor:.2f} ms", flush=True)
     table = {"device": torch.cuda.get_device_name(), "measured": datetime.date.today().isoformat(),
              "command": "python benchmarks/compile_table_gpu.py " + " ".join(sys.argv[1:]),

@@ -322,3 +322,50 @@ def test_compile_mode_refuses_a_liger_without_the_names_it_rebinds(monkeypatch):
     with pytest.raises(CompileModeError, match="LigerRMSNormFunction"):
         kit.apply(model_family="qwen3", compile=True)
     assert not kit.active
+
+
+TWO_WIDTHS = {"device": "H200", "measured": "2026-12-02", "margin": 0.02, "kernels": {
+    "rms_norm": [{"width": 1024, "liger_ms": 10.0, "inductor_ms": 8.0, "model": "0.6B"},
+                 {"width": 2560, "liger_ms": 10.0, "inductor_ms": 11.0, "model": "4B"}],
+    "swiglu": [{"width": 1024, "liger_ms": 10.0, "inductor_ms": 8.0, "model": "0.6B"},
+               {"width": 2560, "liger_ms": 10.0, "inductor_ms": 9.0, "model": "4B"}],
+    "rope": {"liger_ms": 8.0, "inductor_ms": 9.0, "model": "one row, every width"}}}
+
+
+@pytest.mark.parametrize("width, left", [(1024, {"rms_norm", "swiglu"}), (896, {"rms_norm", "swiglu"}),
+                                         (2560, {"swiglu"}), (4096, {"swiglu"}), (None, {"swiglu"})])
+def test_the_row_measured_nearest_to_the_models_width_decides(width, left):
+    found = table.left_to_inductor(TWO_WIDTHS, width)
+    assert set(found) == left  # without a width, only what Inductor wins at every measured width
+    if width is not None:
+        assert f"the nearest to this model's {width}" in found["swiglu"]
+
+
+def test_the_set_up_and_load_model_tell_compile_mode_the_models_width(monkeypatch, tmp_path):
+    import json
+
+    from ligerkit.integrations import load_model
+    from ligerkit.train import load_engine, set_up_model
+
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(TWO_WIDTHS))
+    monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", str(path))
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs"
+    for config, width in (("gpu.yaml", 1024), ("gpu_4b.yaml", 2560)):
+        engine = load_engine(recipe / config, ["train.compile=ops"])
+        set_up_model(engine, torch.device("meta"))
+        try:
+            left = engine.liger_kit.report.applications[0].left_off
+            assert set(left) == ({"rms_norm", "swiglu"} if width == 1024 else {"swiglu"}), left
+            assert f"this model's {width}" in left["swiglu"]
+        finally:
+            engine.liger_kit.revert()
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(hidden_size=2560, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=64)
+    model = load_model(config=config, compile=True, device="meta")
+    try:
+        assert set(model.ligerkit.report.applications[0].left_off) == {"swiglu"}
+    finally:
+        model.ligerkit.kit.revert()

@@ -272,3 +272,9 @@ def build_meta_model(config: Any) -> Any:
             f"Could not build {cls.__name__} from the {config.model_type!r} config on the meta device "
             f"({type(exc).__name__}: {exc}). Pass --model PATH to a directory with a complete config.json."
         ) from exc
+
+
+def hidden_width(config: Any) -> int | None:
+    """The language model's hidden size (``hidden_size`` of :func:`text_config`), or ``None``."""
+    width = getattr(text_config(config), "hidden_size", None) if config is not None else None
+    return width if isinstance(width, int) and width > 0 else None

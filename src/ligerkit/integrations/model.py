@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from ligerkit.errors import InvalidOptionError, ModelBuildError
-from ligerkit.hf import build_model, load_config, model_class_for
+from ligerkit.compile.table import for_width
+from ligerkit.hf import build_model, hidden_width, load_config, model_class_for
 from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult, apply_build_scan
 from ligerkit.kit.core import scanned_by
 from ligerkit.kit.custom import CustomPatches
@@ -158,7 +159,8 @@ def load_model(
                       dtype, model_kwargs)
 
     moved = () if device is None else (lambda model: model.to(device),)  # nn.Module.to moves in place
-    model, scan = apply_build_scan(kit, apply_and_build, before_scan=moved)
+    with for_width(hidden_width(config)):  # compile mode: the Inductor table's row for this width
+        model, scan = apply_build_scan(kit, apply_and_build, before_scan=moved)
     assert scan is not None
     attach(model, kit, scan)
     return model

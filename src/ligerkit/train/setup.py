@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from ligerkit.compile.table import for_width
 from ligerkit.environment import NEEDS_ACCELERATOR
+from ligerkit.hf import hidden_width
 from ligerkit.errors import InvalidOptionError, LigerNeedsAcceleratorError
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.probe.training_form import TrainingForm, checked_in_form
@@ -68,7 +70,8 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
     after_scan: list[Step] = []
     if t.activation_checkpointing:
         after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model)))
-    with checked_in_form(training_form(engine)):  # the kit's in-place verdicts see the model as it trains
+    # the kit's in-place verdicts see the model as it trains; compile mode reads its table at its width
+    with checked_in_form(training_form(engine)), for_width(_width(engine) if engine.compile_mode else None):
         model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device),
                                        before_scan=before_scan, after_scan=after_scan, scan=engine.liger_enabled)
     if engine.liger_enabled:
@@ -115,3 +118,11 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
             recompute_layers(model, units)
 
     return TrainingForm("; ".join(parts), adapt)
+
+
+def _width(engine: RecipeEngine) -> int | None:
+    """The hidden size of the model ``engine`` builds, from its config (``None`` when it has none)."""
+    try:
+        return hidden_width(engine.model_config())
+    except Exception:  # the set-up names a bad config itself, in the build
+        return None
