@@ -83,7 +83,8 @@ def test_the_set_up_applies_the_kit_inside_the_form_and_only_when_the_config_ask
 
 @pytest.mark.parametrize("sets, words", [(["train.lora={rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}"],
                                           "LoRA r=8 alpha=16 dropout=0 on q_proj,v_proj"),
-                                         (["train.activation_checkpointing=true"], "activation checkpointing per layer")])
+                                         (["train.activation_checkpointing=true"],
+                                          "activation checkpointing per layer")])
 def test_the_form_key_changes_with_every_setting_that_changes_the_steps(sets, words, tmp_path):
     engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.output_dir={tmp_path}"])
     assert training_form(engine).key == words
@@ -105,7 +106,8 @@ def test_the_apply_report_says_which_form_its_in_place_checks_ran_in(tmp_path):
 
 def test_a_checked_model_without_the_named_targets_runs_as_built_and_stays_checked():
     def watched(targets: str) -> tuple[TrainingForm, list[nn.Module]]:
-        form = training_form(load_engine(QWEN3_CPU, [*SETS, f"train.lora={{rank: 4, alpha: 8, target_modules: {targets}}}"]))
+        lines = [*SETS, f"train.lora={{rank: 4, alpha: 8, target_modules: {targets}}}"]
+        form = training_form(load_engine(QWEN3_CPU, lines))
         seen: list[nn.Module] = []
         return TrainingForm(form.key, lambda model: (form.adapt(model), seen.append(model))), seen
 

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.errors import InvalidOptionError, ModelBuildError
 from ligerkit.compile.table import for_width
+from ligerkit.errors import InvalidOptionError, ModelBuildError
 from ligerkit.hf import build_model, hidden_width, load_config, model_class_for
 from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult, apply_build_scan
 from ligerkit.kit.core import scanned_by

@@ -27,7 +27,7 @@ class TrainingForm:
     """How the trainer changes a built model before it trains, as steps the in-place checks repeat.
 
     ``key`` says what the form is, in words that change whenever the steps would (e.g. ``"LoRA r=16
-    alpha=32 dropout=0.0 on all-linear; activation checkpointing"``); ``adapt`` applies the steps, in
+    alpha=32 dropout=0 on all-linear; activation checkpointing per layer"``); ``adapt`` applies the steps, in
     place, to a model of the same module the check built.
     """
 

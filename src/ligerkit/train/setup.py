@@ -29,8 +29,8 @@ from torch import nn
 
 from ligerkit.compile.table import for_width
 from ligerkit.environment import NEEDS_ACCELERATOR
-from ligerkit.hf import hidden_width
 from ligerkit.errors import InvalidOptionError, LigerNeedsAcceleratorError
+from ligerkit.hf import hidden_width
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.probe.training_form import TrainingForm, checked_in_form
 from ligerkit.train.adapters import add_lora, linear_names, perturb_zero_adapters
