@@ -5,7 +5,8 @@ at step 2 in every round, while eager, ``liger`` and ``liger_fused`` agreed with
 same comparison agrees. This runs a small recipe config with LoRA in one process per arm (compile off
 or ``ops``, loss ``standard`` or ``fused``) through ``ligerkit``'s own trainer, and records per step:
 the loss and gradient norm; at step 1, per adapter kind (``lora_A`` / ``lora_B``), how many gradient
-entries are non-zero and their largest magnitude, and how far the optimizer moved each kind; and the
+entries are non-zero and their largest magnitude, how far the optimizer moved each kind, and the loss of
+the same first batch after the update (the update's own effect, without the next batch's); and the
 largest change of any frozen weight over the run (it must be 0). The arms are then compared with the
 first one.
 
@@ -45,6 +46,15 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
                 found["frozen_before"] = [(p, p.detach().float().clone()) for p in list(params.values())[:50]
                                           if not p.requires_grad]
             out = super().train_step(model, optimizer, batches, device, step)
+            if step == 0:  # the first update's effect on the same batch, without the next batch's variation
+                from ligerkit.train.step import device_batch
+
+                with torch.no_grad():
+                    same = [model(device_batch(b, device, self.config.train.drop_right_padding_mask), 1.0)
+                            for b in batches]
+                tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+                found["step1_loss_before"] = out[0]
+                found["step1_same_batch_loss_after"] = float(sum(same)) / max(tokens, 1)
             for n, b in before.items():
                 kind = "lora_A" if ".lora_A." in n else "lora_B"
                 move = float((params[n].detach().float() - b.float()).abs().max())
