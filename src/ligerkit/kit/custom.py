@@ -33,8 +33,8 @@ from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
 from ligerkit.kit.snapshot import Snapshot, owners_of, scope_of
 from ligerkit.kit.swap_checks import probe_patches
-from ligerkit.probe.training_form import form_note
 from ligerkit.naming import qualified_name
+from ligerkit.probe.training_form import form_note
 
 
 @dataclass(frozen=True)

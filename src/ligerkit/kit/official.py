@@ -34,7 +34,6 @@ from ligerkit.kit.ledger import Ledger, live_layers
 from ligerkit.kit.official_probe import OfficialFindings, probe_official
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
 from ligerkit.naming import MISSING
-from ligerkit.probe.training_form import form_note
 from ligerkit.kit.snapshot import (
     PROCESS_WIDE_MODULES,
     Snapshot,
@@ -46,6 +45,7 @@ from ligerkit.kit.snapshot import (
     scope_of,
 )
 from ligerkit.kit.swap_checks import aliasing_of, swap_problem
+from ligerkit.probe.training_form import form_note
 
 UNCONDITIONAL = "(unconditional)"
 

@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ligerkit.cache_files import CACHE_ENV, cache_root, prune, touch, write_json_atomically  # noqa: F401 (CACHE_ENV: re-exported)
+from ligerkit.cache_files import CACHE_ENV  # noqa: F401 (re-exported)
+from ligerkit.cache_files import cache_root, prune, touch, write_json_atomically
 from ligerkit.environment import installed_version
 from ligerkit.naming import qualified_name
 
