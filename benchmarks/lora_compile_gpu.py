@@ -47,12 +47,13 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
                                           if not p.requires_grad]
             out = super().train_step(model, optimizer, batches, device, step)
             if step == 0:  # the first update's effect on the same batch, without the next batch's variation
+                from ligerkit.loss import valid_tokens
                 from ligerkit.train.step import device_batch
 
                 with torch.no_grad():
                     same = [model(device_batch(b, device, self.config.train.drop_right_padding_mask), 1.0)
                             for b in batches]
-                tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+                tokens = sum(valid_tokens(b["labels"]) for b in batches)
                 found["step1_loss_before"] = out[0]
                 found["step1_same_batch_loss_after"] = float(sum(same)) / max(tokens, 1)
             for n, b in before.items():
