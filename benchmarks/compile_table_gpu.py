@@ -104,6 +104,11 @@ def main() -> None:
                    "model": f"{recipe} {args.config_name}, {args.layers} layers, {args.micro_batch} sequence(s)"}
             kernels[key] = [r for r in kernels.get(key, []) if r.get("width") != width] + [row]
             print(f"{key}: Liger {liger:.2f} ms, Inductor {inductor:.2f} ms", flush=True)
+            write(args, kernels)  # after every row: a run stopped by a time limit keeps what it measured
+
+
+def write(args: argparse.Namespace, kernels: dict[str, list[dict[str, object]]]) -> None:
+    """The table as the kit reads it, with the command that measured it."""
     table = {"device": torch.cuda.get_device_name(), "measured": datetime.date.today().isoformat(),
              "command": "python benchmarks/compile_table_gpu.py " + " ".join(sys.argv[1:]),
              "torch": torch.__version__, "margin": args.margin, "kernels": kernels}

@@ -16,10 +16,12 @@ relative error exceeds 2 x eager's + 0.01.
   so only the loss path differs;
 - training modes: each recipe with LoRA (r=16, every linear layer but the head), with activation
   checkpointing, and with both: every trainable tensor, Liger on vs off against float32;
+- in-place forms: each recipe set up with Liger on as built and in each training mode, with the kit's
+  in-place verdicts (left off, unproven, the note naming the form the checks ran in);
 - ``--ablate FAMILY``: the family's suggested map one key at a time (which kernel moves a failing
   tensor).
 
-    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2|loss_path|training_modes] [--ablate FAMILY]
+    python benchmarks/grad_parity_gpu.py --out grads.json [--only recipes|families|olmo2|loss_path|training_modes|inplace_forms] [--ablate FAMILY]
     python benchmarks/grad_parity_gpu.py --markdown grads.json      # the tables of docs/benchmarks.md
 """
 
@@ -111,6 +113,29 @@ def training_modes() -> list[dict]:
     return rows
 
 
+def inplace_forms() -> list[dict]:
+    """Each recipe set up with Liger on as it trains (as built, LoRA, checkpointing, both): the kit's
+    in-place verdicts from that set-up, which ran the checks' whole model in the same form."""
+    from ligerkit.train.loading import load_engine
+    from ligerkit.train.setup import set_up_model
+
+    def one(config: Path, lines: tuple[str, ...]) -> dict:
+        engine = load_engine(config, [*lines, "model.liger_kernel.enabled=true"])
+        try:
+            set_up_model(engine, torch.device("cuda"))
+            report = engine.liger_kit.report
+            return {"swaps": len(report.patched), "left_off": report.left_off, "unproven": list(report.unproven),
+                    "notes": [n for a in report.applications for n in a.notes if "in-place" in n]}
+        finally:
+            engine.liger_kit.revert()
+            engine.model = None
+            torch.cuda.empty_cache()
+
+    return [_row(f"{name}: {mode}", lambda config=ROOT / "recipes" / name / "configs" / "gpu.yaml", lines=lines:
+                 one(config, lines))
+            for mode, lines in {"as built": (), **TRAINING_MODES}.items() for name in RECIPES]
+
+
 def ablate(family: str) -> list[dict]:
     from ligerkit.proof.recipe_grads import map_grad_parity, suggested_patches
     from ligerkit.suggest import suggest
@@ -158,6 +183,19 @@ def markdown(path: str) -> str:
     for part, rows in data.items():
         if not isinstance(rows, list):
             continue
+        if part == "inplace_forms":
+            lines += [f"**{part}**", "", "| target | swaps | in-place checks ran in | left off | unproven |",
+                      "| --- | ---: | --- | --- | --- |"]
+            for row in rows:
+                if "error" in row:
+                    lines.append(f"| {row['target']} | **refused** ({row['error'].split(':')[0]}) | - | - | - |")
+                    continue
+                form = sorted({n.split("as it trains: ", 1)[-1] for n in row["notes"]}) or ["as built"]
+                unproven = [u.split(":")[0] for u in row["unproven"]]
+                lines.append(f"| {row['target']} | {row['swaps']} | {'; '.join(form)} | "
+                             f"{', '.join(row['left_off']) or '-'} | {', '.join(unproven) or '-'} |")
+            lines.append("")
+            continue
         lines += [f"**{part}**", "", "| target | verdict | tensors | max r, eager bf16 | max r, patched | "
                   "worst tensor (r patched / bound) |", "| --- | --- | ---: | ---: | ---: | --- |"]
         for row in rows:
@@ -177,7 +215,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", metavar="JSON", help="print the tables of a result file and exit")
     parser.add_argument("--out")
-    parser.add_argument("--only", choices=("recipes", "families", "olmo2", "loss_path", "training_modes"))
+    parser.add_argument("--only", choices=("recipes", "families", "olmo2", "loss_path", "training_modes",
+                                                      "inplace_forms"))
     parser.add_argument("--ablate", metavar="FAMILY")
     args = parser.parse_args()
     if args.markdown:
@@ -186,7 +225,7 @@ def main() -> None:
     if not args.out:
         parser.error("--out is required to measure")
     parts = {"recipes": recipes, "families": families, "olmo2": olmo2_plain_norm, "loss_path": loss_path,
-             "training_modes": training_modes}
+             "training_modes": training_modes, "inplace_forms": inplace_forms}
     chosen = [args.only] if args.only else list(parts)
     if args.ablate:
         parts["ablate"] = lambda: ablate(args.ablate)

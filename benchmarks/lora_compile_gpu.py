@@ -4,7 +4,7 @@ At the Qwen3-8B shape with LoRA, ``compile_fused`` matched eager's loss at step 
 at step 2 in every round, while eager, ``liger`` and ``liger_fused`` agreed within 2e-3; on the CPU the
 same comparison agrees. This runs a small recipe config with LoRA in one process per arm (compile off
 or ``ops``, loss ``standard`` or ``fused``) through ``ligerkit``'s own trainer, and records per step:
-the loss and gradient norm; at step 1, per adapter kind (``lora_A`` / ``lora_B``), how many gradient
+the loss and gradient norm; at step 1, the adapters' starting values (sum of magnitudes per kind), per adapter kind (``lora_A`` / ``lora_B``), how many gradient
 entries are non-zero and their largest magnitude, how far the optimizer moved each kind, and the loss of
 the same first batch after the update (the update's own effect, without the next batch's); and the
 largest change of any frozen weight over the run (it must be 0). The arms are then compared with the
@@ -20,12 +20,14 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ARMS = {"eager": ("train.compile=off", "train.loss.path=standard"),
         "eager_fused": ("train.compile=off", "train.loss.path=fused"),
         "compile": ("train.compile=ops", "train.loss.path=standard"),
-        "compile_fused": ("train.compile=ops", "train.loss.path=fused")}
+        "compile_fused": ("train.compile=ops", "train.loss.path=fused"),
+        "float32": ("train.compile=off", "train.loss.path=standard", "model.dtype=float32")}
 LORA = "train.lora={rank: 16, alpha: 32}"
 
 
@@ -42,7 +44,9 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
         def train_step(self, model, optimizer, batches, device, step=0):  # noqa: ANN001, D102
             params = dict(model.named_parameters())
             before = {n: p.detach().clone() for n, p in params.items() if step == 0 and ".lora_" in n}
-            if step == 0:
+            if step == 0:  # the adapters' starting values: every arm must start from the same ones
+                found["lora_init"] = {kind: float(sum(p.detach().double().abs().sum() for n, p in params.items()
+                                                      if f".{kind}." in n)) for kind in ("lora_A", "lora_B")}
                 found["frozen_before"] = [(p, p.detach().float().clone()) for p in list(params.values())[:50]
                                           if not p.requires_grad]
             out = super().train_step(model, optimizer, batches, device, step)
@@ -93,7 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         lines = json.loads(args.child)
-        print(json.dumps(run_arm(args.config, lines, args.device, f"{args.out}.runs/{abs(hash(args.child))}")))
+        with tempfile.TemporaryDirectory() as run_dir:  # the run folders stay out of the result's folder
+            print(json.dumps(run_arm(args.config, lines, args.device, run_dir)))
         return
     results = {}
     for arm in args.arms.split(","):

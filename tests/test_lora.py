@@ -20,7 +20,7 @@ from helpers import torchrun_train
 from ligerkit.loss import FusedLossRefusedError
 from ligerkit.proof.arm_grads import recipe_loss
 from ligerkit.train import Trainer, load_engine, set_up_model
-from ligerkit.train.adapters import frozen_fingerprint, perturb_zero_adapters
+from ligerkit.train.adapters import add_lora, frozen_fingerprint, perturb_zero_adapters
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.train.config import ConfigError, load_recipe_config
 from ligerkit.train.recompute import is_recomputed, recompute_layers
@@ -232,3 +232,31 @@ def test_the_frozen_fingerprint_is_computed_once_and_only_when_needed(monkeypatc
     assert later() == later() == "hash" and calls == [model]
     adapters.fingerprint_when_needed(model, now=True)  # under torchrun: before the weights are sharded
     assert len(calls) == 2
+
+
+def test_the_adapters_start_the_same_whatever_drew_random_numbers_before_them(monkeypatch):
+    """On the H200 the arms of one LoRA bench started from different adapters: the fused loss's head check
+    and compile mode's set-up draw random numbers between the build and the adapters. The set-up seeds the
+    adapters' own generator, so every arm starts from the same ``A`` factors; the global generator is not
+    moved by it."""
+    import ligerkit.train.setup as setup
+
+    engine = load_engine(QWEN3_CPU, [*SETS, *LORA])
+    plain = {n: p.detach().clone() for n, p in set_up_model(engine, torch.device("cpu")).named_parameters()
+             if ".lora_A." in n}
+    build = engine.prepare_model
+
+    def drawing(device):  # something between the build and the adapters draws from the generator
+        model = build(device)
+        torch.rand(1000)
+        return model
+
+    other = load_engine(QWEN3_CPU, [*SETS, *LORA])
+    monkeypatch.setattr(other, "prepare_model", drawing)
+    state = []
+    monkeypatch.setattr(setup, "add_lora", lambda model, lora, seed=None: (
+        state.append(torch.get_rng_state()), add_lora(model, lora, seed=seed), state.append(torch.get_rng_state())))
+    drawn = {n: p for n, p in set_up_model(other, torch.device("cpu")).named_parameters() if ".lora_A." in n}
+    assert plain and plain.keys() == drawn.keys()
+    assert all(torch.equal(plain[n], drawn[n]) for n in plain)
+    assert torch.equal(state[0], state[1])

@@ -16,6 +16,7 @@ from ligerkit.train import Trainer, set_up_model
 from ligerkit.train.loading import load_engine
 from ligerkit.loss import FusedLossRefusedError, fused_linear_token_loss, output_head
 from ligerkit.loss.wiring import check_head_reproduces_logits
+from ligerkit.loss.liger_chunks import CHUNK_TOKENS
 from helpers import GradCapture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,7 +248,7 @@ def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
     assert "48 rows of logits at a time" in engine.loss_path()
     assert seen and set(seen) == {48}
     default = load_engine(QWEN3_CPU, sets)
-    assert "512 rows" in default.loss_path()
+    assert f"{CHUNK_TOKENS} rows" in default.loss_path()
     assert [s.loss for s in Trainer(default).train(torch.device("cpu")).steps] == pytest.approx(chunked, rel=1e-6)
 
 

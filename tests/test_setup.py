@@ -142,7 +142,7 @@ def test_the_set_up_runs_the_recipe_hooks_in_the_trainers_order(monkeypatch):
     try:
         model = set_up_model(engine, torch.device("meta"))
         assert events == ["check_footprint", "seed", "prepare_model", "kit.apply", "build_model", "disable_kv_cache",
-                          "add_lora", "kit.scan", "recompute_layers"]
+                          "add_lora", "seed", "kit.scan", "recompute_layers"]  # the adapters' own seed (forked)
         assert engine.model is engine.unwrapped_model is model
         assert engine.scan is not None and engine.scan.counts and not engine.scan.unused
     finally:
@@ -170,7 +170,7 @@ def test_a_set_up_that_fails_after_the_apply_reverts_the_kit_and_keeps_the_engin
     original = qwen3_norm()
     engine = load_engine(QWEN3 / "gpu.yaml", ["train.lora={rank: 4}", "train.activation_checkpointing=true"])
 
-    def fail(*_):
+    def fail(*_, **__):
         assert qwen3_norm() is not original  # after the apply
         raise RuntimeError(f"{broken} failed")
 

@@ -136,3 +136,26 @@ def test_a_recipe_hook_written_for_its_own_model_does_not_stop_the_check():
         result = in_place_hazard(norm, module)
     assert result.checked and not result.hazard, result.reason
     assert any(is_recomputed(m) for m in seen[0].modules())  # transformers' _no_split_modules stood in
+
+
+def test_a_composite_part_that_declares_no_layers_of_its_own_recomputes_the_layers_the_whole_model_does(tmp_path):
+    """composite_vlm's vision encoder module (checked for its norm's in-place backward) declares no layer
+    classes; the composite model recomputes its VisionEncoderLayer, so the check's model does too."""
+    from recipes.composite_vlm.model import modeling_vision as vision
+
+    config = Path(__file__).resolve().parents[1] / "recipes" / "composite_vlm" / "configs" / "cpu.yaml"
+    engine = load_engine(config, ["train.activation_checkpointing=true", f"train.output_dir={tmp_path}"])
+    form = training_form(engine)
+    seen: list[nn.Module] = []
+    with checked_in_form(TrainingForm(form.key, lambda m: (form.adapt(m), seen.append(m)))):
+        result = in_place_hazard(vision.VisionRMSNorm, vision, vision.VisionConfig())
+    assert result.checked and not result.hazard, result.reason
+    recomputed = {type(m).__name__ for m in seen[0].modules() if is_recomputed(m)}
+    assert recomputed == {"VisionEncoderLayer"}
+
+
+def test_a_check_model_with_none_of_the_built_models_layers_stays_unproven():
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=true"])
+    with checked_in_form(training_form(engine)):
+        result = in_place_hazard(L.LayoutRMSNorm, L, L.LayoutConfig(layout="pre"))
+    assert not result.checked and "has none of the recipe's layer classes" in result.reason

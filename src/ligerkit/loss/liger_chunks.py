@@ -29,12 +29,15 @@ import torch
 
 from ligerkit.naming import IGNORE_INDEX
 
-# Rows of logits that exist at once, on the GPU and the CPU path alike. On the H200 at the
-# Qwen3-0.6B shape (batch 4 x 4096), 512 rows instead of 1024 lower the Liger + fused arm's peak
-# from 23.681 to 23.536 GiB; tokens/s stayed within the spread of identical runs (80.4k and 80.5k at
-# 512, 85.4k and 79.3k at 1024). Liger's own 128-row default is three times slower in the loss head:
-# docs/history.md, "Loss-compatibility path" (the fused loss's name then) and "Engine tuning".
-CHUNK_TOKENS = 512
+# Rows of logits that exist at once, on the GPU and the CPU path alike. The weight gradient's update per
+# chunk, ``grad_w += dlogits.T @ x``, reads and writes the float32 (vocab x width) accumulator
+# whatever the chunk's rows, and does 2 x rows FLOPs per element of it: about 4 bytes per 2 x rows FLOPs,
+# so below about 800 rows it runs at the H200's memory speed, not its matmul speed. On the H200 at the
+# Qwen3-0.6B shape (4 x 4096 tokens, width 1024, vocab 151936), the loss head's forward + backward
+# took 35.7 ms at 512 rows, 30.1 at 1024, 28.6 at 2048, 27.4 at 4096 and 29.3 at 8192, holding 0.76,
+# 0.90, 1.19, 1.77 and 2.93 GiB (``benchmarks/flce_chunks_gpu.py``, docs/benchmarks.md "Fused-loss
+# chunks"): 2048 rows is within 5% of the fastest at two thirds of its memory.
+CHUNK_TOKENS = 2048
 # Elements converted per step when the float32 weight-gradient accumulator is rounded down.
 _DOWNCAST_BLOCK = 1 << 24
 

@@ -59,9 +59,15 @@ def adapted_layers(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if all(hasattr(m, a) for a in ADAPTER_MARKS)]
 
 
-def add_lora(model: nn.Module, lora: LoraConfig) -> list[str]:
+def add_lora(model: nn.Module, lora: LoraConfig, seed: int | None = None) -> list[str]:
     """Inject LoRA adapters into ``model`` in place (the kit applied, the model built); freeze every
-    other weight; return the adapted module paths."""
+    other weight; return the adapted module paths.
+
+    With ``seed``, the adapters' random starting values (PEFT's ``A`` factors) come from a generator
+    seeded with it, whatever drew random numbers since the model was built (the fused loss's head
+    check, compile mode's set-up, the kit's checks), so every arm of a run starts from the same adapters;
+    the global generators are left as they were.
+    """
     try:
         import peft
     except ImportError as exc:
@@ -74,7 +80,13 @@ def add_lora(model: nn.Module, lora: LoraConfig) -> list[str]:
     pattern = "(?:" + "|".join(re.escape(name) for name in targets) + ")"
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
                              target_modules=pattern)
-    peft.inject_adapter_in_model(config, model)
+    if seed is None:
+        peft.inject_adapter_in_model(config, model)
+    else:
+        devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            peft.inject_adapter_in_model(config, model)
     adapted = adapted_layers(model)
     if sorted(adapted) != sorted(targets):
         raise LigerKitError(f"PEFT adapted {len(adapted)} layers of the {len(targets)} asked for; report this as a "

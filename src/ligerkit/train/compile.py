@@ -8,31 +8,21 @@ import torch
 from torch import nn
 
 
-def compile_layers(model: nn.Module, units: Iterable[str], fullgraph: bool = False,
-                   cuda_graphs: bool = False) -> list[str]:
+def compile_layers(model: nn.Module, units: Iterable[str], fullgraph: bool = False) -> list[str]:
     """Compile, in place, every submodule whose class name is in ``units`` (the FSDP units: decoder and
     encoder layers), or the whole model when none is found; returns the compiled module paths.
 
     ``fullgraph=True`` makes a graph break an error instead of a silent split (what the compile-mode
-    Liger operators promise, :mod:`ligerkit.compile.ops`). ``cuda_graphs=True`` compiles in
-    torch.compile's ``reduce-overhead`` mode: each compiled layer replays as a CUDA graph (the caller
-    marks each new forward with :func:`new_cuda_graph_step`).
+    Liger operators promise, :mod:`ligerkit.compile.ops`).
     """
     names = set(units)
-    options = {"fullgraph": fullgraph, **({"mode": "reduce-overhead"} if cuda_graphs else {})}
     compiled = [name for name, m in model.named_modules() if type(m).__name__ in names]
     for name in compiled:
-        model.get_submodule(name).compile(**options)
+        model.get_submodule(name).compile(fullgraph=fullgraph)
     if not compiled:
-        model.compile(**options)
+        model.compile(fullgraph=fullgraph)
         compiled = ["<model>"]
     return compiled
-
-
-def new_cuda_graph_step() -> None:
-    """Tell the CUDA-graph replays that a new forward starts: the previous one's outputs are no longer
-    read (``torch.compiler.cudagraph_mark_step_begin``), so their memory is reused."""
-    torch.compiler.cudagraph_mark_step_begin()
 
 
 def reset_compiled() -> None:

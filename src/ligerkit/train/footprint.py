@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ligerkit.loss.liger_chunks import CHUNK_TOKENS
 from ligerkit.train.config import ConfigError, RecipeConfig
 from ligerkit.train.models import resolve_dtype
 
@@ -39,7 +40,6 @@ _NAMES = {
     "kv_heads": ("num_key_value_heads", "num_kv_heads"),
     "head_dim": ("head_dim",),
 }
-_LOSS_CHUNK_ROWS = 512  # ligerkit.loss's default chunk (rows of logits at once) with the fused loss
 
 
 def _get(config: Any, key: str) -> int:
@@ -129,7 +129,7 @@ def estimate(config: RecipeConfig, model_config: Any, device: torch.device, worl
     text = [p for p in parts if _get(p, "vocab")]
     saved = sum(t.micro_batch_size * seq * _get(p, "hidden") * max(_get(p, "layers"), 1) for p in text)
     rows = t.micro_batch_size * seq if t.loss.path == "standard" else min(t.micro_batch_size * seq,
-                                                                           t.loss.chunk_tokens or _LOSS_CHUNK_ROWS)
+                                                                           t.loss.chunk_tokens or CHUNK_TOKENS)
     logits = sum(rows * _get(p, "vocab") for p in text)
     shard = -(-params * size // world_size)
     per_rank = t.global_batch_size // max(world_size, 1)

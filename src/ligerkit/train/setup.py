@@ -10,7 +10,8 @@ asserts and the gradient proofs call, in this order, always:
 4. the recipe's ``prepare_model`` (its own ``liger_kit.apply``, then ``build_model``); with LoRA or
    activation checkpointing, the in-place checks of that apply run their whole model in the same form
    (:func:`training_form`);
-5. the key/value cache off, LoRA adapters (``train.lora``);
+5. the key/value cache off, LoRA adapters (``train.lora``; their starting values drawn from a generator
+   seeded with ``seed``, so what drew random numbers since step 3 does not change them);
 6. the scan (Liger on), which sees the adapted model;
 7. activation checkpointing per layer (``train.activation_checkpointing``).
 
@@ -29,7 +30,7 @@ from torch import nn
 
 from ligerkit.compile.table import for_width
 from ligerkit.environment import NEEDS_ACCELERATOR
-from ligerkit.errors import InvalidOptionError, LigerNeedsAcceleratorError
+from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.hf import hidden_width
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.probe.training_form import TrainingForm, checked_in_form
@@ -55,18 +56,13 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
             "and this machine has neither; nothing was built. To train here without Liger, add "
             "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
         )
-    if engine.config.train.cuda_graphs and (device.type not in ("cuda", "meta") or engine.env.distributed):
-        where = "several ranks (FSDP2 gathers and frees weights around each layer)" if engine.env.distributed \
-            else device.type
-        raise InvalidOptionError(f"train.cuda_graphs replays the compiled layers as CUDA graphs on one CUDA GPU; "
-                                 f"this run is on {where}. Set train.cuda_graphs=false; nothing was built.")
     engine.check_footprint(device)
     torch.manual_seed(engine.config.seed)
     t = engine.config.train
     before_scan: list[Step] = [disable_kv_cache]  # a training step never reads a key/value cache
     if t.lora is not None:  # before the scan, so the scan and its guard see the adapted model
         lora = t.lora
-        before_scan.append(lambda model: add_lora(model, lora))
+        before_scan.append(lambda model: add_lora(model, lora, seed=engine.config.seed))
     after_scan: list[Step] = []
     if t.activation_checkpointing:
         after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model)))
@@ -109,15 +105,37 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
                 add_lora(model, named)
                 perturb_zero_adapters(model)
         if t.activation_checkpointing:
-            try:  # the recipe's hook is written for its own model, not necessarily for the check's
-                units = set(engine.fsdp_units(model))
-            except Exception:
-                units = set()
-            if not any(type(m).__name__ in units for m in model.modules()):
-                units = set(getattr(model, "_no_split_modules", None) or ())
-            recompute_layers(model, units)
+            recompute_layers(model, _recomputed_units(engine, model, built_units))
 
+    built_units: list[set[str]] = []  # the units of the model the engine builds, found once, if needed
     return TrainingForm("; ".join(parts), adapt)
+
+
+def _recomputed_units(engine: RecipeEngine, model: nn.Module, built_units: list[set[str]]) -> set[str]:
+    """The layer classes to recompute in a check's whole ``model``: the recipe's FSDP units for it, else
+    its own ``_no_split_modules``, else the units of the model the engine builds (a composite recipe's
+    vision encoder module declares none of its own, but the composite model recomputes its layers).
+    That model is built once, on the meta device, with the random generators left as they were. When
+    ``model`` holds none of them, the set has none of its classes and the check's form step raises:
+    whether the part is recomputed (inside a layer) or not (beside them) is unknown, so unproven."""
+    def present(units: set[str]) -> bool:
+        return any(type(m).__name__ in units for m in model.modules())
+
+    try:  # the recipe's hook is written for its own model, not necessarily for the check's
+        units = set(engine.fsdp_units(model))
+    except Exception:
+        units = set()
+    if not present(units):
+        units = set(getattr(model, "_no_split_modules", None) or ())
+    if not present(units):
+        if not built_units:
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    built_units.append(set(engine.fsdp_units(engine.build_model(torch.device("meta")))))
+            except Exception:  # a build the meta device cannot do: the check's form step says so
+                built_units.append(set())
+        units = built_units[0]
+    return units
 
 
 def _width(engine: RecipeEngine) -> int | None:

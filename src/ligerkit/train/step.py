@@ -10,7 +10,6 @@ from torch import nn
 from ligerkit.errors import LigerKitError
 from ligerkit.loss import LossPath
 from ligerkit.naming import IGNORE_INDEX
-from ligerkit.train.compile import new_cuda_graph_step
 
 Batch = dict[str, torch.Tensor]
 
@@ -19,13 +18,11 @@ class StepModule(nn.Module):
     """The model plus the run's loss, so the output head's parameters are gathered for the fused loss
     exactly as for the model's own forward."""
 
-    def __init__(self, engine: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False,
-                 cuda_graphs: bool = False):
+    def __init__(self, engine: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False):
         super().__init__()
         self.engine = engine  # plain attributes: neither is an nn.Module
         self.loss = loss
         self.autocast_bf16 = autocast_bf16
-        self.cuda_graphs = cuda_graphs  # the compiled layers replay as CUDA graphs (train.cuda_graphs)
         self.inner = model
 
     def forward(self, batch: Batch, scale: float = 1.0) -> torch.Tensor:
@@ -35,8 +32,6 @@ class StepModule(nn.Module):
         path can divide inside its kernel, before the logits' gradient is rounded, as the standard
         path's float32 cross entropy does.
         """
-        if self.cuda_graphs:
-            new_cuda_graph_step()
         if self.autocast_bf16:
             with torch.autocast(device_type=batch["input_ids"].device.type, dtype=torch.bfloat16):
                 return self.loss(self.engine, self.inner, batch, scale)

@@ -127,7 +127,7 @@ class Trainer:
         flops = flops_per_token(model, self.config.data.seq_len)
         if t.compile in COMPILED:
             self.compile_model(model)
-        step_module = StepModule(self.engine, model, self.engine.loss, t.autocast_bf16, t.cuda_graphs)
+        step_module = StepModule(self.engine, model, self.engine.loss, t.autocast_bf16)
         if self.env.distributed:
             D.shard(step_module, self.engine.fsdp_units(model))
         optimizer = self.optimizer(step_module)
@@ -251,7 +251,7 @@ class Trainer:
     def compile_model(self, model: torch.nn.Module) -> list[str]:
         """``torch.compile`` each decoder layer in place (the whole model when it has none); returns
         the compiled module paths (``ligerkit.train.compile.compile_layers``)."""
-        return compile_layers(model, self.engine.fsdp_units(model), cuda_graphs=self.config.train.cuda_graphs)
+        return compile_layers(model, self.engine.fsdp_units(model))
 
     def train_step(self, model: StepModule, optimizer: torch.optim.Optimizer, batches: list[Batch],
                    device: torch.device, step: int = 0) -> tuple[float, float, int]:

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from ligerkit.naming import LOSS_MODULES
-from ligerkit.train.config.compile_mode import COMPILED, CompileMode, map_old_keys
+from ligerkit.train.config.compile_mode import CompileMode, map_old_keys
 from ligerkit.train.config.lora import LoraConfig
 from ligerkit.train.config.strict import Float, Int, Strict
 from ligerkit.train.paths import check_name, check_path, check_run_folder
@@ -46,7 +46,8 @@ class LossConfig(Strict):
     path: Literal["standard", "fused"] = "standard"
     chunk_tokens: Int | None = Field(
         None, gt=0, description="fused only; rows of logits that exist at once (default: "
-        "ligerkit.loss.liger_chunks.CHUNK_TOKENS, 512); more rows are faster and hold more memory"
+        "ligerkit.loss.liger_chunks.CHUNK_TOKENS, 2048); fewer rows hold less memory, and below about 1024 "
+        "the weight gradient's update runs at memory speed"
     )
 
     @model_validator(mode="after")
@@ -154,12 +155,6 @@ class TrainConfig(Strict):
         "functions, measured on an H200 to change training: the opt-in). true/false, train.liger_compile_ops and "
         "train.compile_over_liger_kernels, the earlier keys, are read into it (ligerkit.train.config.compile_mode)"
     )
-    cuda_graphs: bool = Field(
-        False, description="with train.compile (ops or trace) on one CUDA GPU: the compiled layers replay as CUDA "
-        "graphs (torch.compile's reduce-overhead mode), so the host launches each layer's kernels once per "
-        "forward or backward instead of one by one; refused without train.compile, with "
-        "train.activation_checkpointing, under torchrun, and off CUDA"
-    )
     autocast_bf16: bool = Field(
         False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
         "mixed precision (float32 master weights and optimizer states)"
@@ -198,16 +193,6 @@ class TrainConfig(Strict):
     @classmethod
     def _run_folders_fit(cls, value: str | None, info: ValidationInfo) -> str | None:
         return value if value is None else check_run_folder(value, f"train.{info.field_name}")
-
-    @model_validator(mode="after")
-    def _cuda_graphs_replay_compiled_layers(self) -> TrainConfig:
-        if self.cuda_graphs and self.compile not in COMPILED:
-            raise ValueError("train.cuda_graphs replays the compiled layers as CUDA graphs; set train.compile: ops "
-                             "(or trace) with it, or leave train.cuda_graphs off")
-        if self.cuda_graphs and self.activation_checkpointing:
-            raise ValueError("train.cuda_graphs with train.activation_checkpointing would replay a layer's graph "
-                             "again inside the backward; turn one of them off")
-        return self
 
     @model_validator(mode="after")
     def _micro_divides_global(self) -> TrainConfig:
