@@ -270,7 +270,7 @@ def test_bench_help_shows_the_recommendation_options():
     text = " ".join(result.stdout.split())
     assert result.exit_code == 0
     for option in ("--loss-tolerance X", "--repeats N", "--no-grads", "--grad-factor X", "--grad-slack X", "liger_compile_fused",
-                   "train.arm: NAME"):
+                   "train.arm: NAME", "--loss-reference eager|float32"):
         assert option in text, option
 
 
@@ -278,6 +278,8 @@ def test_bench_refuses_a_bad_loss_tolerance_before_looking_for_a_gpu(monkeypatch
     monkeypatch.setattr(arms, "accelerator", lambda: None)
     result = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--loss-tolerance", "nan"])
     assert result.exit_code == 1 and "--loss-tolerance" in result.stderr
+    result = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--loss-reference", "fp32"])
+    assert result.exit_code == 1 and "--loss-reference 'fp32': choose eager or float32" in result.stderr
 
 
 def test_bench_rejects_unknown_arms_and_a_warmup_longer_than_the_run():
@@ -428,3 +430,58 @@ def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
 
     with pytest.raises(ArmFailedError, match="a bug"):
         B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(broken))
+
+
+def _float32_bench(tmp_path, make, **kwargs):
+    runner = FakeRunner(make)
+    result = B.bench(GPU_CONFIG, ["eager", "compile_fused", "liger"], steps=2, warmup=0, overrides=["train.lr=1e-3"],
+                     runner=runner, loss_reference="float32", **kwargs)
+    return runner, result, B.write_outputs(result, tmp_path)[1].read_text()
+
+
+def test_the_float32_loss_reference_accepts_an_arm_nearer_float32_than_eager_and_no_other(tmp_path):
+    """With LoRA on the H200, bf16 eager drifted 0.037 from float32 while compile stayed 0.003 from it:
+    against eager alone the compiled arm fails the loss rule; against float32 it is the better one."""
+    losses = {"float32": [2.0, 1.500], "eager": [2.0, 1.537], "compile_fused": [2.0, 1.503], "liger": [2.0, 1.600]}
+    speed = {"eager": 100.0, "compile_fused": 190.0, "liger": 150.0}
+
+    def make(overrides):
+        name = "float32" if "model.dtype=float32" in overrides else _arm_of(overrides)
+        return run(losses[name], [1.0, 1.0], [speed.get(name, 50.0)] * 2, 1.0)
+
+    runner, result, text = _float32_bench(tmp_path, make)
+    (_, last, _) = runner.calls[-1]  # after the rounds: the eager arm's lines, then float32 with autocast off
+    assert last[-2:] == ["model.dtype=float32", "train.autocast_bf16=false"] and "train.lr=1e-3" in last
+    assert _arm_of(last) == "eager" and len(runner.calls) == 4
+    assert result["float32_reference"] == {"lines": ["model.dtype=float32", "train.autocast_bf16=false"],
+                                           "losses": [2.0, 1.5]}
+    arms_ = result["arms"]
+    assert arms_["eager"]["max_loss_gap_vs_float32"] == pytest.approx(0.037)
+    assert arms_["compile_fused"]["max_loss_gap_vs_eager"] == pytest.approx(0.034)  # fails against eager alone
+    pick = result["recommendation"]
+    assert pick["arm"] == "compile_fused"
+    assert pick["verdicts"]["compile_fused"]["loss_ok"] and "0.003 to float32 against eager's 0.037" in (
+        pick["verdicts"]["compile_fused"]["reason"])
+    assert not pick["verdicts"]["liger"]["loss_ok"]  # 0.1 from float32: further than eager + 0.01
+    assert "no further from a float32 run's than eager's" in pick["reason"]
+    assert "Largest per-step loss gap to a float32 run of eager" in text and "compile_fused 3.0e-03" in text
+    plain = B.bench(GPU_CONFIG, ["eager", "compile_fused"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make))
+    assert plain["recommendation"]["arm"] == "eager" and plain["float32_reference"] is None
+
+
+def test_a_float32_reference_that_does_not_fit_is_said_and_the_rule_stays_against_eager(tmp_path):
+    from ligerkit.proof.arms import ArmFailedError
+
+    def make(overrides):
+        if "model.dtype=float32" in overrides:
+            raise ArmFailedError("train failed (1):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9 GiB")
+        return run([2.0, 1.537 if _arm_of(overrides) == "eager" else 1.503], [1.0, 1.0],
+                   [100.0 if _arm_of(overrides) == "eager" else 190.0] * 2, 1.0)
+
+    seen = []
+    _, result, text = _float32_bench(tmp_path, make, on_arm=seen.append)
+    assert "out of memory" in result["float32_reference"]["did_not_fit"] and seen[-1] == "float32"
+    assert result["recommendation"]["arm"] == "eager"  # the rule against eager alone: 0.034 > 0.01
+    assert "The float32 loss reference did not fit" in text
+    with pytest.raises(LigerKitError, match="--loss-reference 'fp32'"):
+        B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make), loss_reference="fp32")

@@ -189,6 +189,11 @@ def bench(
     loss_tolerance: Annotated[float, typer.Option(
         metavar="X", help="Recommendation: an arm's largest per-step loss difference from eager (absolute) "
                           "may be at most this.")] = 1e-2,
+    loss_reference: Annotated[str, typer.Option(
+        metavar="eager|float32", help="float32: after the rounds, train eager once more in float32 and also "
+                                      "accept an arm whose loss is no further from float32's than eager's is "
+                                      "(+ --loss-tolerance); for configs where bf16 eager drifts, as with LoRA. "
+                                      "A float32 run that does not fit is said, and eager's rule stays.")] = "eager",
     no_grads: Annotated[bool, typer.Option(
         "--no-grads", help="Skip the step-1 gradient check (the recommendation then uses the loss rule "
                            "only, and says so).")] = False,
@@ -212,8 +217,9 @@ def bench(
     one sample on one GPU against a float32 run
     (each parameter within GRAD_FACTOR x the reference arm's error + GRAD_SLACK; the reference is
     eager, or compile for compiled arms). The recommendation, printed last and written to bench.json
-    and bench.md, is the fastest arm whose per-step loss stays within --loss-tolerance of eager's and
-    whose gradients pass, with the config lines that select it (train.arm: NAME). Each arm's run sets
+    and bench.md, is the fastest arm whose per-step loss stays within --loss-tolerance of eager's (with
+    --loss-reference float32: or is no further from a float32 run's than eager's is) and whose
+    gradients pass, with the config lines that select it (train.arm: NAME). Each arm's run sets
     train.arm to its own name, whatever the config says. An arm that runs out of memory is a result:
     named under the table and left out of the ratios and the recommendation (eager, the reference,
     must fit). Exit 3 (with a message) without a GPU.
@@ -226,6 +232,7 @@ def bench(
     from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
     from ligerkit.proof.arms import default_runner, resolve_config
+    from ligerkit.proof.loss_reference import check_loss_reference
     from ligerkit.proof.recommend import Recommendation
     from ligerkit.train.config import load_recipe_config
 
@@ -235,6 +242,7 @@ def bench(
         overrides = list(set_ or [])
         B.check_run_options(steps, warmup, nproc, repeats)
         B.check_loss_tolerance(loss_tolerance)
+        check_loss_reference(loss_reference)
         grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
         load_recipe_config(config, overrides)  # a bad config or --set is named before the GPU check
         B.check_arm_configs(config, chosen, overrides, steps)
@@ -248,12 +256,13 @@ def bench(
 
         gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"), grad_lines)
         with Progress(console=err, disable=as_json) as progress:
-            task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None))
+            task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None)
+                                     + (loss_reference == "float32"))
             result = B.bench(config, chosen, steps, warmup, overrides, default_runner(),
                              on_arm=lambda arm: progress.advance(task), nproc=nproc,
                              loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance,
                              repeats=repeats, on_speed=lambda partial: B.write_outputs(partial, Path(out_dir)),
-                             grad_overrides=grad_lines)
+                             grad_overrides=grad_lines, loss_reference=loss_reference)
         files = B.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)

@@ -17,7 +17,6 @@ The gradient pass clears ``train.arm`` (``train.arm=null``): its float32 truth i
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -28,10 +27,11 @@ from typing import Any
 from ligerkit.errors import InvalidOptionError, LigerKitError
 from ligerkit.probe.tolerance import GradTolerance
 from ligerkit.proof.arms import ArmFailedError, Runner, summarize
+from ligerkit.proof.bench_output import to_markdown, write_outputs
 from ligerkit.proof.fits import out_of_memory_error, unfit_reason
+from ligerkit.proof.loss_reference import FLOAT32_LINES, add_float32_gaps, check_loss_reference, float32_gaps
 from ligerkit.proof.recommend import (
     GradErrors,
-    Recommendation,
     check_gradients,
     gradient_arms,
     recommend,
@@ -105,7 +105,7 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
           loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
           grad_tolerance: GradTolerance | None = None, repeats: int = 1,
           on_speed: Callable[[dict[str, Any]], None] | None = None,
-          grad_overrides: Sequence[str] = ()) -> dict[str, Any]:
+          grad_overrides: Sequence[str] = (), loss_reference: str = "eager") -> dict[str, Any]:
     """Run every arm through ``runner`` (one process each, ``repeats`` rounds), compute ratios against
     eager, and recommend.
 
@@ -115,10 +115,13 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     ``on_speed`` gets the result of the speed arms alone (``complete: False``, no recommendation yet)
     before the gradient pass, so a caller can keep them should that pass fail. ``grad_overrides`` are
     the lines the gradient pass added to the arms' (what ``gradients`` was built with), recorded so the
-    result says what the check saw.
+    result says what the check saw. ``loss_reference="float32"`` trains the eager arm once more in
+    float32 after the rounds (:mod:`ligerkit.proof.loss_reference`); the result's ``float32_reference``
+    holds its losses, or why it did not fit.
     """
     check_run_options(steps, warmup, nproc, repeats)
     check_loss_tolerance(loss_tolerance)
+    check_loss_reference(loss_reference)
     if "eager" not in arms:
         raise LigerKitError(f"the bench's arms {list(arms)} lack eager, which every ratio is against "
                             "(parse_arms adds it)")
@@ -137,12 +140,24 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
                 on_arm(arm)
         rounds.append(results)
     rounds = [{a: r for a, r in results.items() if a not in unfit} for results in rounds]
+    reference = None
+    if loss_reference == "float32":  # the eager arm once more, in float32: the loss rule's truth
+        try:
+            losses = summarize(runner(config, [*arm_overrides("eager", overrides, steps), *FLOAT32_LINES],
+                                      nproc=nproc), warmup)["losses"]
+            add_float32_gaps(rounds, losses)
+            reference = {"lines": list(FLOAT32_LINES), "losses": losses}
+        except ArmFailedError as exc:
+            reference = {"lines": list(FLOAT32_LINES), "did_not_fit": unfit_reason("float32", 0, exc)}
+        if on_arm is not None:
+            on_arm("float32")
     for results in rounds:
         add_ratios(results)
     results = combine_rounds(rounds)
     arms = [a for a in arms if a not in unfit]
     head = {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "repeats": repeats,
-            "arms": results, "loss_tolerance": loss_tolerance, "out_of_memory": unfit}
+            "arms": results, "loss_tolerance": loss_tolerance, "out_of_memory": unfit,
+            "float32_reference": reference}
     if on_speed is not None:
         on_speed({**head, "complete": False, "gradients": None, "recommendation": None})
     checks = None
@@ -153,7 +168,8 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     # ranked by each arm's speed relative to eager (eager is 1.0): with several rounds that is the
     # median of the per-round ratios, the figure the table shows, not a ratio of median speeds
     pick = recommend({a: r["tokens_per_s_vs_eager"] for a, r in results.items()},
-                     {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks)
+                     {a: r["max_loss_gap_vs_eager"] for a, r in results.items()}, loss_tolerance, checks,
+                     float32_gaps(results))
     pick = replace(pick, kept_lines=training_lines(load_recipe_config(config, arm_overrides(arms[0], overrides,
                                                                                              steps)).train))
     return {**head, "complete": True,
@@ -215,8 +231,9 @@ def add_ratios(results: dict[str, dict[str, Any]]) -> None:
 
 
 _MEDIANS = ("tokens_per_s", "step_time_s", "tokens_per_s_per_device", "mfu", "tokens_per_s_vs_eager")
-_WORST = ("peak_mem_gib", "first_loss_gap_vs_eager", "max_loss_gap_vs_eager")
-_PER_RUN = ("tokens_per_s", "tokens_per_s_vs_eager", "step_time_s", "peak_mem_gib", "mfu", "max_loss_gap_vs_eager")
+_WORST = ("peak_mem_gib", "first_loss_gap_vs_eager", "max_loss_gap_vs_eager", "max_loss_gap_vs_float32")
+_PER_RUN = ("tokens_per_s", "tokens_per_s_vs_eager", "step_time_s", "peak_mem_gib", "mfu", "max_loss_gap_vs_eager",
+            "max_loss_gap_vs_float32")
 
 
 def combine_rounds(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -241,51 +258,3 @@ def combine_rounds(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[st
         merged["peak_mem_vs_eager"] = (merged["peak_mem_gib"] / eager_peak
                                        if merged["peak_mem_gib"] and eager_peak else None)
     return combined
-
-
-def to_markdown(result: dict[str, Any]) -> str:
-    """The bench result as a markdown table."""
-    lines = ["| arm | median step (ms) | tokens/s | vs eager | tokens/s per device | peak memory (GiB) | vs eager "
-             "| MFU | step-1 loss gap vs eager | max loss gap vs eager |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for arm, r in result["arms"].items():
-        mem = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "n/a"
-        mem_ratio = f"{r['peak_mem_vs_eager']:.3f}x" if r["peak_mem_vs_eager"] is not None else "n/a"
-        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-        step = f"{r['step_time_s'] * 1e3:.1f}" if r.get("step_time_s") is not None else "n/a"
-        lines.append(f"| {arm} | {step} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s_vs_eager']:.2f}x | "
-                     f"{r['tokens_per_s_per_device']:,.0f} | {mem} | {mem_ratio} | {mfu} | "
-                     f"{r['first_loss_gap_vs_eager']:.1e} | {r['max_loss_gap_vs_eager']:.1e} |")
-    if result.get("repeats", 1) > 1:
-        lines += ["", (f"Medians of {result['repeats']} rounds (every arm once per round; peak memory and loss "
-                       "gaps: the worst round's); speed ratio per round:")]
-        lines += [f"- {arm}: " + ", ".join(f"{run['tokens_per_s_vs_eager']:.3f}x" for run in r["runs"])
-                  for arm, r in result["arms"].items() if arm != "eager"]
-    if result.get("out_of_memory"):
-        lines += ["", "Did not fit, so not in the table nor recommended: " + "; ".join(
-            f"{arm}: {why}" for arm, why in result["out_of_memory"].items()) + "."]
-    if (result.get("gradients") or {}).get("overrides"):
-        lines += ["", "Step-1 gradients checked with " + ", ".join(result["gradients"]["overrides"])
-                  + " (the speed arms trained with the config's values)."]
-    return "\n".join(lines)
-
-
-def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
-    """``bench.json``, ``bench.md`` (the speed table, then the recommendation) and ``bench.png`` (tokens/s
-    and peak memory per arm with the spread of the rounds: :func:`ligerkit.proof.plots.bench_figure`)
-    under ``out``."""
-    from ligerkit.proof.plots import bench_figure, save
-
-    out.mkdir(parents=True, exist_ok=True)
-    record, table = out / "bench.json", out / "bench.md"
-    record.write_text(json.dumps(result, indent=2))
-    rounds = f", {result['repeats']} rounds" if result.get("repeats", 1) > 1 else ""
-    text = (f"{result['config']}, {result['steps']} steps ({result['warmup']} warm-up excluded){rounds}\n\n"
-            + to_markdown(result) + "\n")
-    if result.get("recommendation"):
-        text += "\n" + Recommendation.from_dict(result["recommendation"]).markdown() + "\n"
-    elif result.get("complete") is False:
-        text += ("\nSpeed arms only: the step-1 gradient check (run after them) has not finished, so there "
-                 "is no recommendation.\n")
-    table.write_text(text)
-    return [record, table, save(bench_figure(result), out / "bench.png")]

@@ -4,7 +4,8 @@ Two rules, both against references measured in the same ``ligerkit bench`` invoc
 
 - **loss**: the arm's largest per-step absolute loss difference from the ``eager`` arm (same seed,
   same data, every step of the run) is at most ``loss_tolerance`` (``--loss-tolerance``, 1e-2 by
-  default: bf16 training's tolerance in ``ligerkit smoke``);
+  default: bf16 training's tolerance in ``ligerkit smoke``), or, with ``--loss-reference float32``,
+  its largest gap to a float32 run of eager is at most eager's own plus that tolerance;
 - **gradients** (unless ``--no-grads``): one forward and backward of every arm on the recipe's first
   micro-batch, from the same weights, against the float32, Liger-off, uncompiled model
   (``ligerkit.proof.arm_grads``). Every parameter tensor's relative error must stay within
@@ -231,7 +232,8 @@ def _ratio(error: float, bound: float) -> float:
 
 
 def recommend(tokens_per_s: Mapping[str, float], loss_gaps: Mapping[str, float], loss_tolerance: float,
-              grads: Mapping[str, GradCheck] | None) -> Recommendation:
+              grads: Mapping[str, GradCheck] | None,
+              float32_gaps: Mapping[str, float] | None = None) -> Recommendation:
     """The fastest arm of ``tokens_per_s`` within both rules (ties: the first given), else ``eager``.
 
     ``tokens_per_s`` holds each arm's speed, absolute or already relative to eager (the bench passes
@@ -240,16 +242,20 @@ def recommend(tokens_per_s: Mapping[str, float], loss_gaps: Mapping[str, float],
     ``loss_gaps`` holds each arm's largest per-step absolute loss gap against eager; ``grads`` each
     arm's :class:`GradCheck`, or ``None`` when gradients were not checked (then only the loss rule
     applies, and the recommendation says so). An arm missing from ``grads`` fails the gradient rule.
+    ``float32_gaps`` (``--loss-reference float32``: each arm's and eager's largest gap to a float32
+    run) also passes the loss rule for an arm no further from float32 than eager is, plus the tolerance
+    (:mod:`ligerkit.proof.loss_reference`).
     """
     if REFERENCE_ARM not in tokens_per_s:
         raise ValueError(f"a recommendation needs the {REFERENCE_ARM!r} arm (the reference)")
     if not (math.isfinite(loss_tolerance) and loss_tolerance >= 0):
         raise ValueError(f"the loss tolerance must be a finite number >= 0, got {loss_tolerance}")
     base = tokens_per_s[REFERENCE_ARM]
-    verdicts = tuple(_verdict(arm, speed / base, loss_gaps[arm], loss_tolerance, grads)
+    verdicts = tuple(_verdict(arm, speed / base, loss_gaps[arm], loss_tolerance, grads, float32_gaps)
                      for arm, speed in tokens_per_s.items())
     checked = grads is not None
     rules = (f"per-step loss within {loss_tolerance:g} of eager's"
+             + (" (or no further from a float32 run's than eager's, plus that)" if float32_gaps else "")
              + (" and step-1 gradients within tolerance" if checked else ""))
     eager = next(v for v in verdicts if v.arm == REFERENCE_ARM)
     passing = [v for v in verdicts if v.passed]
@@ -265,13 +271,18 @@ def recommend(tokens_per_s: Mapping[str, float], loss_gaps: Mapping[str, float],
                           (f"train.arm: {best.arm}",), config_lines(best.arm))
 
 
-def _verdict(arm: str, ratio: float, gap: float, loss_tolerance: float,
-             grads: Mapping[str, GradCheck] | None) -> ArmVerdict:
+def _verdict(arm: str, ratio: float, gap: float, loss_tolerance: float, grads: Mapping[str, GradCheck] | None,
+             float32_gaps: Mapping[str, float] | None = None) -> ArmVerdict:
     """One arm under the loss rule and (when checked) the gradient rule, with the reason in words."""
     loss_ok = math.isfinite(gap) and gap <= loss_tolerance
     check = grads.get(arm) if grads is not None else None
     grads_ok = None if grads is None else check is not None and check.passed
     reasons = [] if loss_ok else [f"max loss gap {gap:.2g} > {loss_tolerance:g}"]
+    if not loss_ok and float32_gaps:  # no further from float32 than eager is: the gap to eager is eager's drift
+        own, eager = float32_gaps.get(arm, math.inf), float32_gaps.get(REFERENCE_ARM, math.inf)
+        loss_ok = math.isfinite(own) and math.isfinite(eager) and own <= eager + loss_tolerance
+        reasons = [f"max loss gap {gap:.2g} to eager, but {own:.2g} to float32 against eager's {eager:.2g}"
+                   if loss_ok else f"{reasons[0]}, and {own:.2g} to float32 against eager's {eager:.2g}"]
     if grads_ok is False:
         reasons.append(f"gradients: {check.reason}" if check is not None else "gradients were not taken")
     if not reasons:
