@@ -193,7 +193,8 @@ def bench(
         metavar="eager|float32", help="float32: after the rounds, train eager once more in float32 and also "
                                       "accept an arm whose loss is no further from float32's than eager's is "
                                       "(+ --loss-tolerance); for configs where bf16 eager drifts, as with LoRA. "
-                                      "A float32 run that does not fit is said, and eager's rule stays.")] = "eager",
+                                      "A float32 run that does not fit is tried again with activation checkpointing, "
+                                      "then said, and eager's rule stays.")] = "eager",
     no_grads: Annotated[bool, typer.Option(
         "--no-grads", help="Skip the step-1 gradient check (the recommendation then uses the loss rule "
                            "only, and says so).")] = False,

@@ -29,7 +29,7 @@ from ligerkit.probe.tolerance import GradTolerance
 from ligerkit.proof.arms import ArmFailedError, Runner, summarize
 from ligerkit.proof.bench_output import to_markdown, write_outputs
 from ligerkit.proof.fits import out_of_memory_error, unfit_reason
-from ligerkit.proof.loss_reference import FLOAT32_LINES, add_float32_gaps, check_loss_reference, float32_gaps
+from ligerkit.proof.loss_reference import add_float32_gaps, check_loss_reference, float32_gaps, float32_reference
 from ligerkit.proof.recommend import (
     GradErrors,
     check_gradients,
@@ -116,8 +116,8 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     before the gradient pass, so a caller can keep them should that pass fail. ``grad_overrides`` are
     the lines the gradient pass added to the arms' (what ``gradients`` was built with), recorded so the
     result says what the check saw. ``loss_reference="float32"`` trains the eager arm once more in
-    float32 after the rounds (:mod:`ligerkit.proof.loss_reference`); the result's ``float32_reference``
-    holds its losses, or why it did not fit.
+    float32 after the rounds and after ``on_speed`` (:func:`ligerkit.proof.loss_reference.float32_reference`);
+    the result's ``float32_reference`` holds its losses and lines, or why it did not fit.
     """
     check_run_options(steps, warmup, nproc, repeats)
     check_loss_tolerance(loss_tolerance)
@@ -140,26 +140,22 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
                 on_arm(arm)
         rounds.append(results)
     rounds = [{a: r for a, r in results.items() if a not in unfit} for results in rounds]
-    reference = None
-    if loss_reference == "float32":  # the eager arm once more, in float32: the loss rule's truth
-        try:
-            losses = summarize(runner(config, [*arm_overrides("eager", overrides, steps), *FLOAT32_LINES],
-                                      nproc=nproc), warmup)["losses"]
-            add_float32_gaps(rounds, losses)
-            reference = {"lines": list(FLOAT32_LINES), "losses": losses}
-        except ArmFailedError as exc:
-            reference = {"lines": list(FLOAT32_LINES), "did_not_fit": unfit_reason("float32", 0, exc)}
-        if on_arm is not None:
-            on_arm("float32")
     for results in rounds:
         add_ratios(results)
     results = combine_rounds(rounds)
     arms = [a for a in arms if a not in unfit]
     head = {"config": str(config), "steps": steps, "warmup": warmup, "nproc": nproc, "repeats": repeats,
-            "arms": results, "loss_tolerance": loss_tolerance, "out_of_memory": unfit,
-            "float32_reference": reference}
+            "arms": results, "loss_tolerance": loss_tolerance, "out_of_memory": unfit, "float32_reference": None}
     if on_speed is not None:
         on_speed({**head, "complete": False, "gradients": None, "recommendation": None})
+    if loss_reference == "float32":  # the eager arm once more, in float32: the loss rule's truth
+        head["float32_reference"] = reference = float32_reference(runner, config, arm_overrides("eager", overrides,
+                                                                                                  steps), nproc, warmup)
+        if "losses" in reference:
+            add_float32_gaps(rounds, reference["losses"])
+            head["arms"] = results = combine_rounds(rounds)
+        if on_arm is not None:
+            on_arm("float32")
     checks = None
     if gradients is not None:
         checks = check_gradients(gradients(gradient_arms(arms)), grad_tolerance)

@@ -7,15 +7,19 @@ step-2 loss was 0.037 from a float32 run's while compile mode's was 0.003 from i
 the bench trains the eager arm once more in float32 (same seed, data and steps; autocast off) and an arm
 also passes the loss rule when its largest per-step gap to float32 is at most eager's own gap to float32
 plus the tolerance: it is no further from the truth than eager is. A float32 run that does not fit is
-said in the result, and the rule against eager alone applies.
+tried again with activation checkpointing (recomputing a layer computes the same numbers); one that
+still does not fit is said in the result, and the rule against eager alone applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ligerkit.errors import InvalidOptionError
+from ligerkit.errors import InvalidOptionError, LigerKitError
+from ligerkit.proof.arms import ArmFailedError, Runner, summarize
+from ligerkit.proof.fits import does_not_fit
 
 LOSS_REFERENCES = ("eager", "float32")
 """``--loss-reference`` values: ``eager`` (the rule against eager alone) or ``float32`` (also against a
@@ -23,6 +27,31 @@ float32 run)."""
 
 FLOAT32_LINES = ("model.dtype=float32", "train.autocast_bf16=false")
 """What the float32 run sets after the eager arm's lines."""
+
+RECOMPUTE_LINE = "train.activation_checkpointing=true"
+"""Added for the second try of a float32 run that did not fit."""
+
+
+def float32_reference(runner: Runner, config: Path, eager_lines: Sequence[str], nproc: int,
+                      warmup: int) -> dict[str, Any]:
+    """Train ``eager_lines`` (the eager arm's) in float32 through ``runner``: ``{"lines", "losses"}``, or
+    ``{"lines", "did_not_fit"}`` when it does not fit even with activation checkpointing. Any other
+    failure is a :class:`LigerKitError` (a bug is not a size)."""
+    tries = [[*eager_lines, *FLOAT32_LINES]]
+    tries.append([*tries[0], RECOMPUTE_LINE])
+    why = ""
+    for lines in tries:
+        try:
+            return {"lines": lines[len(eager_lines):], "losses": summarize(runner(config, lines, nproc=nproc),
+                                                                           warmup)["losses"]}
+        except ArmFailedError as exc:
+            why = does_not_fit(str(exc))
+            if why is None:
+                last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+                raise LigerKitError(f"the float32 loss reference ({', '.join(lines[len(eager_lines):])}) failed: "
+                                    f"{last}. The speed results are written; rerun without --loss-reference "
+                                    "float32") from exc
+    return {"lines": tries[-1][len(eager_lines):], "did_not_fit": f"{why}, also with {RECOMPUTE_LINE}"}
 
 
 def check_loss_reference(value: str) -> str:
