@@ -511,3 +511,66 @@ def test_a_float32_reference_that_fails_for_another_reason_raises_after_the_spee
         B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
                 loss_reference="float32", on_speed=written.append)
     assert written and written[0]["complete"] is False and set(written[0]["arms"]) == {"eager", "liger"}
+
+
+def test_a_stopped_bench_resumes_without_running_again_what_it_finished(tmp_path):
+    """A device call's time limit stopped the 8B bench during its gradient pass; with the runs kept as they
+    end, the next invocation reads them back and runs only what is left, and gets the same table."""
+    from ligerkit.proof.bench_log import LOG_NAME, BenchLog, bench_identity
+
+    speeds = {"eager": 100.0, "liger": 150.0}
+    make = lambda overrides: run([2.0, 1.5] if "model.dtype=float32" in overrides else [2.0, 1.502], [1.0, 1.0],  # noqa: E731
+                                 [speeds.get(_arm_of(overrides), 50.0)] * 2, 1.0)
+    identity = bench_identity(GPU_CONFIG, [], ["eager", "liger"], 2, 0, 2, 1, "float32", {"device": "H200", "torch": "2.11"})
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def stopping(config, overrides, nproc=1):
+        if len(calls) == 3:  # round 2's liger run is cut off
+            raise Stop
+        calls.append(_arm_of(overrides))
+        return make(overrides)
+
+    kw = dict(steps=2, warmup=0, overrides=[], repeats=2, loss_reference="float32")
+    with pytest.raises(Stop):
+        B.bench(GPU_CONFIG, ["eager", "liger"], runner=stopping, log=BenchLog(tmp_path, identity, resume=False), **kw)
+    assert calls == ["eager", "liger", "eager"]
+    with (tmp_path / LOG_NAME).open("a") as f:
+        f.write('{"round": 1, "arm": "li')  # a line cut off mid-write is ignored
+    runner = FakeRunner(make)
+    resumed = B.bench(GPU_CONFIG, ["eager", "liger"], runner=runner,
+                      log=BenchLog(tmp_path, identity, resume=True), **kw)
+    assert [_arm_of(c[1]) for c in runner.calls] == ["liger", "eager"]  # round 2's liger, then the float32 run
+    assert "model.dtype=float32" in runner.calls[-1][1]
+    whole = B.bench(GPU_CONFIG, ["eager", "liger"], runner=FakeRunner(make), **kw)
+    assert resumed["arms"] == whole["arms"] and resumed["recommendation"] == whole["recommendation"]
+    again = FakeRunner(make)  # everything is kept now: nothing runs again, the float32 reference included
+    assert B.bench(GPU_CONFIG, ["eager", "liger"], runner=again, log=BenchLog(tmp_path, identity, resume=True),
+                   **kw)["float32_reference"] == whole["float32_reference"]
+    assert again.calls == []
+
+
+def test_a_resume_with_another_config_or_machine_is_refused_naming_what_changed(tmp_path):
+    from ligerkit.proof.bench_log import BenchLog, bench_identity
+
+    def identity(**change):
+        base = dict(config=GPU_CONFIG, overrides=[], arms=["eager"], steps=2, warmup=0, repeats=1, nproc=1,
+                    loss_reference="eager", machine={"device": "H200", "torch": "2.11"})
+        return bench_identity(**{**base, **change})
+
+    with pytest.raises(LigerKitError, match="does not exist; run the bench without --resume"):
+        BenchLog(tmp_path, identity(), resume=True)
+    BenchLog(tmp_path, identity(), resume=False)
+    with pytest.raises(LigerKitError, match=r"other machine, overrides \(machine: .*'H100'.*; overrides: \[\] then"):
+        BenchLog(tmp_path, identity(overrides=["data.seq_len=1024"], machine={"device": "H100", "torch": "2.11"}),
+                 resume=True)
+    with pytest.raises(LigerKitError, match="other steps"):
+        BenchLog(tmp_path, identity(steps=3), resume=True)
+    assert BenchLog(tmp_path, identity(), resume=True).done == {}
+    with (tmp_path / "bench_runs.jsonl").open("a") as f:
+        f.write('{"round": 0, "arm": "eager", "summary": {"tokens_per_s": 1}}\n')
+    with pytest.raises(LigerKitError, match="holds a line that is not a bench run"):
+        BenchLog(tmp_path, identity(), resume=True)

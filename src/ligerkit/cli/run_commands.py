@@ -207,8 +207,12 @@ def bench(
         help="Config override for the gradient check alone, after --set (repeat for several), e.g. "
              "--grad-set data.seq_len=1024 where a float32 copy of the model does not fit at the training "
              "length; bench.md says what the check ran with.")] = None,
-    out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json, bench.md and bench.png.")
-                       ] = "runs/bench",
+    out_dir: Annotated[str, typer.Option("--out", metavar="DIR", help="Folder for bench.json, bench.md and bench.png, "
+                                         "and bench_runs.jsonl (each run as it ends).")] = "runs/bench",
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the bench stopped part way in --out DIR: the runs its bench_runs.jsonl holds "
+                         "are read back, not run again; refused when the config file, --set lines, options, "
+                         "torch or GPU differ.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager;
@@ -223,7 +227,8 @@ def bench(
     gradients pass, with the config lines that select it (train.arm: NAME). Each arm's run sets
     train.arm to its own name, whatever the config says. An arm that runs out of memory is a result:
     named under the table and left out of the ratios and the recommendation (eager, the reference,
-    must fit). Exit 3 (with a message) without a GPU.
+    must fit). Each run is kept in bench_runs.jsonl as it ends; --resume continues a stopped bench
+    from there. Exit 3 (with a message) without a GPU.
     """
     from pathlib import Path
 
@@ -233,6 +238,7 @@ def bench(
     from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
     from ligerkit.proof.arms import default_runner, resolve_config
+    from ligerkit.proof.bench_log import BenchLog, bench_identity
     from ligerkit.proof.loss_reference import check_loss_reference
     from ligerkit.proof.recommend import Recommendation
     from ligerkit.train.config import load_recipe_config
@@ -256,6 +262,9 @@ def bench(
         import torch
 
         gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"), grad_lines)
+        machine = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
+        log = BenchLog(Path(out_dir), bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc,
+                                                     loss_reference, machine), resume)
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None)
                                      + (loss_reference == "float32"))
@@ -263,7 +272,7 @@ def bench(
                              on_arm=lambda arm: progress.advance(task), nproc=nproc,
                              loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance,
                              repeats=repeats, on_speed=lambda partial: B.write_outputs(partial, Path(out_dir)),
-                             grad_overrides=grad_lines, loss_reference=loss_reference)
+                             grad_overrides=grad_lines, loss_reference=loss_reference, log=log)
         files = B.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)

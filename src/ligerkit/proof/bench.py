@@ -27,6 +27,7 @@ from typing import Any
 from ligerkit.errors import InvalidOptionError, LigerKitError
 from ligerkit.probe.tolerance import GradTolerance
 from ligerkit.proof.arms import ArmFailedError, Runner, summarize
+from ligerkit.proof.bench_log import BenchLog
 from ligerkit.proof.bench_output import to_markdown, write_outputs
 from ligerkit.proof.fits import out_of_memory_error, unfit_reason
 from ligerkit.proof.loss_reference import add_float32_gaps, check_loss_reference, float32_gaps, float32_reference
@@ -105,7 +106,8 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
           loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
           grad_tolerance: GradTolerance | None = None, repeats: int = 1,
           on_speed: Callable[[dict[str, Any]], None] | None = None,
-          grad_overrides: Sequence[str] = (), loss_reference: str = "eager") -> dict[str, Any]:
+          grad_overrides: Sequence[str] = (), loss_reference: str = "eager",
+          log: BenchLog | None = None) -> dict[str, Any]:
     """Run every arm through ``runner`` (one process each, ``repeats`` rounds), compute ratios against
     eager, and recommend.
 
@@ -117,7 +119,9 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     the lines the gradient pass added to the arms' (what ``gradients`` was built with), recorded so the
     result says what the check saw. ``loss_reference="float32"`` trains the eager arm once more in
     float32 after the rounds and after ``on_speed`` (:func:`ligerkit.proof.loss_reference.float32_reference`);
-    the result's ``float32_reference`` holds its losses and lines, or why it did not fit.
+    the result's ``float32_reference`` holds its losses and lines, or why it did not fit. ``log``
+    (:class:`~ligerkit.proof.bench_log.BenchLog`) keeps each finished run and hands back those an earlier,
+    stopped invocation of the same bench finished, which are not run again.
     """
     check_run_options(steps, warmup, nproc, repeats)
     check_loss_tolerance(loss_tolerance)
@@ -132,10 +136,19 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
         results: dict[str, dict[str, Any]] = {}
         for arm in arms:
             if arm not in unfit:
-                try:
-                    results[arm] = summarize(runner(config, arm_overrides(arm, overrides, steps), nproc=nproc), warmup)
-                except ArmFailedError as exc:
-                    unfit[arm] = unfit_reason(arm, round_, exc)
+                outcome = log.done.get((round_, arm)) if log is not None else None
+                if outcome is None:  # not measured by an earlier, stopped invocation of this bench
+                    try:
+                        outcome = {"summary": summarize(runner(config, arm_overrides(arm, overrides, steps),
+                                                               nproc=nproc), warmup)}
+                    except ArmFailedError as exc:
+                        outcome = {"did_not_fit": unfit_reason(arm, round_, exc)}
+                    if log is not None:
+                        log.record(round_, arm, outcome)
+                if "summary" in outcome:
+                    results[arm] = outcome["summary"]
+                else:
+                    unfit[arm] = outcome["did_not_fit"]
             if on_arm is not None:
                 on_arm(arm)
         rounds.append(results)
@@ -149,8 +162,11 @@ def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: lis
     if on_speed is not None:
         on_speed({**head, "complete": False, "gradients": None, "recommendation": None})
     if loss_reference == "float32":  # the eager arm once more, in float32: the loss rule's truth
-        head["float32_reference"] = reference = float32_reference(runner, config, arm_overrides("eager", overrides,
-                                                                                                  steps), nproc, warmup)
+        reference = (log.done.get((0, "float32"), {}).get("reference") if log is not None else None) or \
+            float32_reference(runner, config, arm_overrides("eager", overrides, steps), nproc, warmup)
+        if log is not None and (0, "float32") not in log.done:
+            log.record(0, "float32", {"reference": reference})
+        head["float32_reference"] = reference
         if "losses" in reference:
             add_float32_gaps(rounds, reference["losses"])
             head["arms"] = results = combine_rounds(rounds)

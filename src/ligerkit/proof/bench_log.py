@@ -1,0 +1,99 @@
+"""``ligerkit bench --resume``: each finished run of a bench, kept as it ends, so a bench stopped part way
+(a job's time limit, a lost machine) continues where it stopped instead of starting over.
+
+``bench_runs.jsonl`` in the bench's ``--out`` folder starts with the bench's identity (the config file's
+bytes, the ``--set`` lines, the arms, steps, warm-up, rounds, GPUs per arm, loss reference, and the
+machine: torch and the device's name); every later line is one finished arm run of one round (its
+summary, or why it did not fit) or the float32 loss reference. A resume reads the runs back only when
+the identity is the same, key for key, and otherwise refuses, naming what differs: runs measured under
+another config or on another machine are never mixed into one table. The file holds numbers only:
+nothing in it is run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ligerkit.errors import LigerKitError
+
+LOG_NAME = "bench_runs.jsonl"
+
+
+def bench_identity(config: Path, overrides: Sequence[str], arms: Sequence[str], steps: int, warmup: int,
+                   repeats: int, nproc: int, loss_reference: str, machine: Mapping[str, str]) -> dict[str, Any]:
+    """What makes two bench invocations the same measurement (the first line of the log)."""
+    return {"config": str(config), "config_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest(),
+            "overrides": list(overrides), "arms": list(arms), "steps": steps, "warmup": warmup, "repeats": repeats,
+            "nproc": nproc, "loss_reference": loss_reference, "machine": dict(machine)}
+
+
+class BenchLog:
+    """The runs of one bench, appended as each ends (``record``); ``done`` holds those read back."""
+
+    def __init__(self, out: Path, identity: Mapping[str, Any], resume: bool):
+        self.path = Path(out) / LOG_NAME
+        self.done: dict[tuple[int, str], dict[str, Any]] = {}
+        rows: list[dict[str, Any]] = [{"identity": dict(identity)}]
+        if resume:
+            self.done = _read(self.path, identity)
+            rows += [{"round": r, "arm": a, **outcome} for (r, a), outcome in self.done.items()]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # written whole, then renamed: a line cut off by the stop is gone before anything is appended
+        partial = self.path.with_name(self.path.name + ".partial")
+        _write(partial, rows, "w")
+        os.replace(partial, self.path)
+
+    def record(self, round_: int, arm: str, outcome: Mapping[str, Any]) -> None:
+        """Keep one finished run (``{"summary": ...}`` or ``{"did_not_fit": ...}``; the float32 reference
+        is ``arm="float32"``), flushed to disk before the bench goes on."""
+        self.done[(round_, arm)] = dict(outcome)
+        _write(self.path, [{"round": round_, "arm": arm, **outcome}], "a")
+
+
+def _write(path: Path, rows: list[dict[str, Any]], mode: str) -> None:
+    with path.open(mode) as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read(path: Path, identity: Mapping[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
+    """The runs of ``path`` after checking its identity against ``identity``."""
+    if not path.is_file():
+        raise LigerKitError(f"--resume: {path} does not exist; run the bench without --resume first (its --out "
+                            "folder keeps each finished run there)")
+    lines = path.read_text().splitlines()
+    try:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    except json.JSONDecodeError:
+        # a run cut off while its line was written: the lines before it are whole
+        rows = []
+        for line in lines:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    if not rows or "identity" not in rows[0]:
+        raise LigerKitError(f"--resume: {path} does not start with a bench's identity; run without --resume")
+    before = rows[0]["identity"]
+    changed = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
+    if changed:
+        raise LigerKitError(f"--resume: {path} was measured with other {', '.join(changed)} ("
+                            + "; ".join(f"{k}: {before.get(k)!r} then, {identity.get(k)!r} now" for k in changed)
+                            + "); rerun with the same command, or without --resume to start over")
+    done = {}
+    for row in rows[1:]:
+        outcome = {k: v for k, v in row.items() if k not in ("round", "arm")}
+        whole = (isinstance(outcome.get("summary"), dict) and {"losses", "tokens_per_s"} <= set(outcome["summary"])
+                 or isinstance(outcome.get("did_not_fit"), str) or isinstance(outcome.get("reference"), dict))
+        if not (isinstance(row.get("round"), int) and isinstance(row.get("arm"), str) and whole):
+            raise LigerKitError(f"--resume: {path} holds a line that is not a bench run ({json.dumps(row)[:120]}); "
+                                "run without --resume to start over")
+        done[(row["round"], row["arm"])] = outcome
+    return done
