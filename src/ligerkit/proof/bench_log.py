@@ -27,7 +27,8 @@ LOG_NAME = "bench_runs.jsonl"
 def bench_identity(config: Path, overrides: Sequence[str], arms: Sequence[str], steps: int, warmup: int,
                    repeats: int, nproc: int, loss_reference: str, machine: Mapping[str, str]) -> dict[str, Any]:
     """What makes two bench invocations the same measurement (the first line of the log)."""
-    return {"config": str(config), "config_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest(),
+    # the file's name and bytes, not its path: a resume may run from another folder or a fresh checkout
+    return {"config": Path(config).name, "config_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest(),
             "overrides": list(overrides), "arms": list(arms), "steps": steps, "warmup": warmup, "repeats": repeats,
             "nproc": nproc, "loss_reference": loss_reference, "machine": dict(machine)}
 
