@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None, callbacks: list[Any] | None = None) -> d
              "swaps": len(model.ligerkit.report.patched) if liger else 0,
              "wrappers": list(model.ligerkit.scan.wrappers) if liger else [],
              "grad_norms": [row["grad_norm"] for row in trainer.state.log_history if "grad_norm" in row],
+             "num_tokens": [row["num_tokens"] for row in trainer.state.log_history if "num_tokens" in row],
              "params_checksum": float(sum(p.detach().float().sum() for p in model.parameters()))}
     return summary(losses, clock.seconds, tokens, extra)
 

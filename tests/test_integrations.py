@@ -65,6 +65,8 @@ def test_each_example_trains_with_liger_off_and_its_fused_loss_equals_the_standa
     assert close(a["params_checksum"], b["params_checksum"], rel=1e-6)
     if "grad_norms" in a:
         assert close(a["grad_norms"], b["grad_norms"])
+    if name == "trl_sft":  # TRL's token count is logged with the fused loss too, the same at every step
+        assert len(a["num_tokens"]) == 3 and a["num_tokens"] == b["num_tokens"] and a["num_tokens"][0] > 0
 
 
 def test_the_accelerate_example_trains_and_its_fused_loss_equals_the_standard_one(ckpt):
@@ -94,6 +96,12 @@ def test_the_fused_loss_inside_trainer_equals_trainers_own_loss_on_two_gloo_proc
     assert close(out["model"]["losses"], out["fused"]["losses"])
     assert close(out["model"]["grad_norms"], out["fused"]["grad_norms"])
     assert close(out["model"]["params_checksum"], out["fused"]["params_checksum"], rel=1e-6)
+
+
+def test_trl_with_the_fused_loss_on_two_gloo_processes_logs_trls_token_count_of_both(ckpt, tmp_path):
+    out = _two_processes("trl_sft", ckpt, tmp_path, ("trl", "fused"), ("--output-dir", str(tmp_path / "o")))
+    assert close(out["trl"]["losses"], out["fused"]["losses"])
+    assert out["fused"]["num_tokens"] == out["trl"]["num_tokens"] and len(out["trl"]["num_tokens"]) == 3
 
 
 def test_the_accelerate_example_on_two_gloo_processes_weighs_every_token_of_the_global_batch(ckpt, tmp_path):
