@@ -569,6 +569,12 @@ def test_a_resume_with_another_config_or_machine_is_refused_naming_what_changed(
                  resume=True)
     with pytest.raises(LigerKitError, match="other steps"):
         BenchLog(tmp_path, identity(steps=3), resume=True)
+    import ligerkit.proof.bench_log as bench_log
+
+    with pytest.MonkeyPatch.context() as mp:  # ligerkit changed between the two invocations (a new default)
+        mp.setattr(bench_log, "code_version", lambda: "another ligerkit")
+        with pytest.raises(LigerKitError, match="other ligerkit_code"):
+            BenchLog(tmp_path, identity(), resume=True)
     assert BenchLog(tmp_path, identity(), resume=True).done == {}
     with (tmp_path / "bench_runs.jsonl").open("a") as f:
         f.write('{"round": 0, "arm": "eager", "summary": {"tokens_per_s": 1}}\n')

@@ -72,14 +72,20 @@ def cache_dir() -> Path:
 # --- the key ----------------------------------------------------------------------------------------
 
 @functools.cache
-def checker_version() -> str:
-    """The hash of ligerkit's checking code (the files in ``_CHECKER``), read once per process."""
+def code_version(parts: tuple[str, ...] = ("",)) -> str:
+    """The hash of ligerkit's source files under ``parts`` (folders or files of the package; ``""``: all of
+    it), read once per process."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for part in _CHECKER:
+    for part in parts:
         for path in sorted((root / part).rglob("*.py")) if (root / part).is_dir() else [root / part]:
             digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def checker_version() -> str:
+    """The hash of ligerkit's checking code (the files in ``_CHECKER``), read once per process."""
+    return code_version(_CHECKER)
 
 
 @functools.cache

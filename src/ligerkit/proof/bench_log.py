@@ -2,8 +2,9 @@
 (a job's time limit, a lost machine) continues where it stopped instead of starting over.
 
 ``bench_runs.jsonl`` in the bench's ``--out`` folder starts with the bench's identity (the config file's
-bytes, the ``--set`` lines, the arms, steps, warm-up, rounds, GPUs per arm, loss reference, and the
-machine: torch and the device's name); every later line is one finished arm run of one round (its
+bytes, the ``--set`` lines, the arms, steps, warm-up, rounds, GPUs per arm, loss reference, the
+machine: torch and the device's name, the installed torch, transformers and liger-kernel versions, and
+a hash of ligerkit's own source: a default changed between the two invocations is a difference); every later line is one finished arm run of one round (its
 summary, or why it did not fit) or the float32 loss reference. A resume reads the runs back only when
 the identity is the same, key for key, and otherwise refuses, naming what differs: runs measured under
 another config or on another machine are never mixed into one table. The file holds numbers only:
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import LigerKitError
+from ligerkit.probe.verdict_cache import code_version, versions
 
 LOG_NAME = "bench_runs.jsonl"
 
@@ -30,7 +32,8 @@ def bench_identity(config: Path, overrides: Sequence[str], arms: Sequence[str], 
     # the file's name and bytes, not its path: a resume may run from another folder or a fresh checkout
     return {"config": Path(config).name, "config_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest(),
             "overrides": list(overrides), "arms": list(arms), "steps": steps, "warmup": warmup, "repeats": repeats,
-            "nproc": nproc, "loss_reference": loss_reference, "machine": dict(machine)}
+            "nproc": nproc, "loss_reference": loss_reference, "machine": dict(machine),
+            "versions": versions(), "ligerkit_code": code_version()}
 
 
 class BenchLog:

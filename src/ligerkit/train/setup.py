@@ -82,9 +82,9 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
     With ``train.lora`` the checks' whole model gets the same adapters on the linear layers it has of the
     targets (none where it has none: a vision encoder's module under adapters named for the language
     model), their ``B`` factors made non-zero so every adapter has a gradient to compare (PEFT starts
-    ``B`` at zero); with ``train.activation_checkpointing`` its layers are recomputed (the recipe's FSDP
-    units where the model has them, else transformers' ``_no_split_modules``). A step that does not fit
-    the checks' model leaves the verdict unproven, never safe.
+    ``B`` at zero); with ``train.activation_checkpointing`` its layers are recomputed (the classes
+    :func:`_recomputed_units` finds). A step that does not fit the checks' model leaves the verdict
+    unproven, never safe.
     """
     t = engine.config.train
     if t.lora is None and not t.activation_checkpointing:
