@@ -11,7 +11,6 @@ cleanly on SIGINT/SIGTERM, ``train.stop_after_steps`` or a non-finite number (``
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +32,9 @@ from ligerkit.train.recipe import Batch, RecipeEngine
 from ligerkit.train.result import TrainResult
 from ligerkit.train.run_dir import RunDirError
 from ligerkit.train.setup import set_up_model
-from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, on_host, total_norm
-from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, NonFiniteError, TrainingStopped, graceful_signals
+from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, total_norm
+from ligerkit.train.update import clip_to, update
+from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, TrainingStopped, graceful_signals
 
 log = logging.getLogger("ligerkit.train")
 
@@ -256,7 +256,7 @@ class Trainer:
     def train_step(self, model: StepModule, optimizer: torch.optim.Optimizer, batches: list[Batch],
                    device: torch.device, step: int = 0) -> tuple[float, float, int]:
         """One optimizer step; returns (loss, grad norm, valid tokens). A non-finite loss or gradient
-        norm raises :class:`NonFiniteError` before the optimizer touches the weights."""
+        norm raises :class:`NonFiniteError` with the weights not updated (``ligerkit.train.update``)."""
         # counted on the host from the batches before they move (one sync per step only across ranks)
         tokens = float(sum(valid_tokens(b["labels"]) for b in batches))
         if self.env.distributed:
@@ -271,27 +271,13 @@ class Trainer:
             part = model(device_batch(batch, device, self.config.train.drop_right_padding_mask), scale)
             part.backward()
             loss_sum += part.detach()
-        norm = total_norm(model)
-        loss, norm_value = on_host(D.all_reduce_sum(loss_sum, self.env), norm)  # one wait for the GPU
-        loss /= self.env.world_size
-        if not (math.isfinite(loss) and math.isfinite(norm_value)):
-            optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(
-                f"step {step + 1}: the loss is {loss} and the gradient norm {norm_value}; the weights were not "
-                f"updated. Lower train.lr, set train.grad_clip (it is {self.config.train.grad_clip}), raise "
-                "train.warmup_steps, or check the data and model.dtype")
-        self._clip_to(model, norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss, norm_value, int(tokens)
-
-    def _clip_to(self, model: torch.nn.Module, norm: torch.Tensor | None) -> None:
-        if norm is not None and self.config.train.grad_clip:
-            params = [p for p in model.parameters() if p.grad is not None]
-            torch.nn.utils.clip_grads_with_norm_(params, self.config.train.grad_clip, norm)
+        total = D.all_reduce_sum(loss_sum, self.env)
+        loss, norm = update(model, optimizer, total, total_norm(model), max_norm=self.config.train.grad_clip,
+                            world_size=self.env.world_size, step=step)
+        return loss, norm, int(tokens)
 
     def clip(self, model: torch.nn.Module) -> float:
         """Clip to ``train.grad_clip`` by the total gradient norm, taken in float32; return that norm."""
         norm = total_norm(model)
-        self._clip_to(model, norm)
+        clip_to(model, self.config.train.grad_clip, norm)
         return as_float(norm) if norm is not None else 0.0
