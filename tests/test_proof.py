@@ -580,3 +580,29 @@ def test_a_resume_with_another_config_or_machine_is_refused_naming_what_changed(
         f.write('{"round": 0, "arm": "eager", "summary": {"tokens_per_s": 1}}\n')
     with pytest.raises(LigerKitError, match="holds a line that is not a bench run"):
         BenchLog(tmp_path, identity(), resume=True)
+
+
+def test_a_resume_after_the_recipe_code_changed_is_refused(tmp_path):
+    """The recipe's own model code lies outside the package: a change to it between the two invocations
+    is a difference; a change to its tests is not."""
+    import shutil
+
+    from ligerkit.proof.bench_log import BenchLog, bench_identity
+
+    recipe = tmp_path / "custom_lm"
+    shutil.copytree(ROOT / "recipes" / "custom_lm", recipe, ignore=shutil.ignore_patterns("__pycache__"))
+    config = recipe / "configs" / "gpu.yaml"
+
+    def identity():
+        return bench_identity(config, [], ["eager"], 2, 0, 1, 1, "eager", {"device": "H200", "torch": "2.11"})
+
+    first = identity()
+    assert first["recipe_code"] is not None
+    BenchLog(tmp_path / "out", first, resume=False)
+    tests = next((recipe / "tests").rglob("*.py"))
+    tests.write_text(tests.read_text() + "\n# a note\n")
+    assert BenchLog(tmp_path / "out", identity(), resume=True).done == {}
+    model = next(p for p in (recipe / "model").rglob("*.py") if p.stat().st_size)
+    model.write_text(model.read_text() + "\n# changed\n")
+    with pytest.raises(LigerKitError, match="other recipe_code"):
+        BenchLog(tmp_path / "out", identity(), resume=True)

@@ -104,6 +104,26 @@ def test_a_flag_left_by_a_failed_step_is_removed(monkeypatch):
     assert not hasattr(optimizer, "found_inf")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_the_clip_is_torchs_to_the_bit(dtype, max_norm):
+    twins = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).to(dtype)
+        model(torch.randn(5, 8, generator=torch.Generator().manual_seed(1), dtype=dtype)).pow(2).sum().mul(100).backward()
+        twins.append(model)
+    ours, torchs = twins
+    norm = total_norm(ours)
+    assert (float(norm) > max_norm) == (max_norm == 0.5)  # one case clips, the other leaves the gradients
+    before = [p.grad.clone() for p in ours.parameters()]
+    U.clip_to(ours, max_norm, norm)
+    torch.nn.utils.clip_grads_with_norm_(list(torchs.parameters()), max_norm, total_norm(torchs))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours.parameters(), torchs.parameters(), strict=True))
+    changed = any(not torch.equal(a, p.grad) for a, p in zip(before, ours.parameters(), strict=True))
+    assert changed == (max_norm == 0.5)
+
+
 SHARDED = textwrap.dedent('''
     import torch, torch.distributed as dist
     from torch import nn

@@ -212,7 +212,7 @@ def bench(
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the bench stopped part way in --out DIR: the runs its bench_runs.jsonl holds "
                          "are read back, not run again; refused when the config file, --set lines, options, "
-                         "GPU, package versions or ligerkit's code differ.")] = False,
+                         "GPU, package versions, ligerkit's code or the recipe's Python files differ.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Each arm in its own process: median tokens/s, peak memory and MFU, with ratios against eager;

@@ -4,7 +4,9 @@
 ``bench_runs.jsonl`` in the bench's ``--out`` folder starts with the bench's identity (the config file's
 bytes, the ``--set`` lines, the arms, steps, warm-up, rounds, GPUs per arm, loss reference, the
 machine: torch and the device's name, the installed torch, transformers and liger-kernel versions, and
-a hash of ligerkit's own source: a default changed between the two invocations is a difference); every later line is one finished arm run of one round (its
+a hash of ligerkit's own source: a default changed between the two invocations is a difference, and a
+hash of the recipe's own Python files: its engine, model and data code, which lie outside the package);
+every later line is one finished arm run of one round (its
 summary, or why it did not fit) or the float32 loss reference. A resume reads the runs back only when
 the identity is the same, key for key, and otherwise refuses, naming what differs: runs measured under
 another config or on another machine are never mixed into one table. The file holds numbers only:
@@ -20,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import LigerKitError, RecipeError
 from ligerkit.probe.verdict_cache import code_version, versions
+from ligerkit.train.config.loading import raw_config
+from ligerkit.train.loading import recipe_root
 
 LOG_NAME = "bench_runs.jsonl"
 
@@ -33,7 +37,23 @@ def bench_identity(config: Path, overrides: Sequence[str], arms: Sequence[str], 
     return {"config": Path(config).name, "config_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest(),
             "overrides": list(overrides), "arms": list(arms), "steps": steps, "warmup": warmup, "repeats": repeats,
             "nproc": nproc, "loss_reference": loss_reference, "machine": dict(machine),
-            "versions": versions(), "ligerkit_code": code_version()}
+            "versions": versions(), "ligerkit_code": code_version(), "recipe_code": recipe_code(config, overrides)}
+
+
+def recipe_code(config: Path, overrides: Sequence[str] = ()) -> str | None:
+    """A hash of the Python files of the recipe ``config`` trains (every ``*.py`` of its folder but those
+    under ``tests/``), by their paths inside the folder; ``None`` when the config names no recipe folder."""
+    try:
+        recipe = raw_config(config, list(overrides)).get("recipe")
+        root = recipe_root(config, recipe if isinstance(recipe, str) else None)
+    except RecipeError:
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        inside = path.relative_to(root)
+        if not {"tests", "__pycache__"} & set(inside.parts[:-1]):
+            digest.update(inside.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 class BenchLog:

@@ -18,6 +18,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils._foreach_utils import _has_foreach_support
 
 from ligerkit.train.step import on_host
 from ligerkit.train.stopping import NonFiniteError
@@ -41,10 +42,28 @@ def non_finite_flag(loss: torch.Tensor, norm: torch.Tensor | None) -> torch.Tens
 
 def clip_to(model: nn.Module, max_norm: float | None, norm: torch.Tensor | None) -> None:
     """Scale every gradient by ``max_norm / norm`` when the norm is above ``max_norm`` (nothing for a
-    falsy ``max_norm`` or a ``None`` norm)."""
-    if norm is not None and max_norm:
-        params = [p for p in model.parameters() if p.grad is not None]
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    falsy ``max_norm`` or a ``None`` norm), as ``torch.nn.utils.clip_grads_with_norm_`` does, to the bit.
+
+    One multi-tensor multiply per (device, dtype) group. On CUDA the factor is first cast to the
+    gradients' dtype: PyTorch's multi-tensor multiply falls back to one kernel per tensor when the
+    factor's dtype differs (a few hundred launches for bf16 gradients), and that per-tensor CUDA
+    multiply loads the float32 factor as the gradients' dtype before it multiplies, so the result is
+    the same (``tests/gpu/test_update_gpu.py`` compares the bits with PyTorch's clip).
+    """
+    if norm is None or not max_norm:
+        return
+    factor = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for p in model.parameters():
+        if p.grad is not None:
+            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+    for (device, dtype), grads in groups.items():
+        scale = factor.to(device=device, dtype=dtype if device.type == "cuda" else factor.dtype)
+        if _has_foreach_support(grads, device):
+            torch._foreach_mul_(grads, scale)
+        else:
+            for grad in grads:
+                grad.mul_(scale)
 
 
 def _full(norm: torch.Tensor | None) -> torch.Tensor | None:
