@@ -142,6 +142,11 @@ def test_a_float_written_the_yaml_way_gets_a_hint():
         load_recipe_config(QWEN3_CPU, ["train.global_batch_size=1e9"])
 
 
+def test_a_switch_that_is_not_true_or_false_says_what_it_got_and_what_to_write():
+    with pytest.raises(ConfigError, match=r"train.activation_checkpointing: .*\(got 'full'\); write true or false"):
+        load_recipe_config(QWEN3_CPU, ["train.activation_checkpointing=full"])
+
+
 @pytest.mark.parametrize("config", SHIPPED, ids=[f"{p.parts[-3]}-{p.stem}" for p in SHIPPED])
 def test_shipped_configs_fit_and_the_estimate_is_a_lower_bound(config):
     engine = load_engine(config)

@@ -40,7 +40,7 @@ def test_the_named_values_and_the_default():
     (["train.compile=true"], "ops"),
     (["train.compile=true", "train.liger_compile_ops=true"], "ops"),
     (["train.compile=true", "train.liger_compile_ops=false", "train.compile_over_liger_kernels=true"], "trace"),
-    (["train.compile=true", "train.liger_compile_ops=false", "model.liger_kernel.enabled=false"], "trace"),
+    (["train.compile=true", "train.liger_compile_ops=false", "model.liger_kernel.enabled=false"], "ops"),
     (["train.compile=false", "train.liger_compile_ops=false"], "off"),
     (["train.compile_over_liger_kernels=false"], "off"),
 ])
@@ -55,6 +55,14 @@ def test_compiling_over_ligers_own_functions_still_needs_its_opt_in():
         _compile("train.compile=trace", "train.liger_compile_ops=true")
     with pytest.raises(ConfigError, match=r"train\.liger_compile_ops .* must be true or false"):
         _compile("train.liger_compile_ops=yes please")
+
+
+def test_trace_with_liger_off_is_refused_as_the_same_as_ops():
+    """A named option that would change nothing is not accepted silently."""
+    with pytest.raises(ConfigError, match=r"train.compile: trace .* Liger is off .* set train.compile: ops"):
+        load_recipe_config(CPU_CONFIG, ["train.compile=trace"])
+    assert load_recipe_config(CPU_CONFIG, ["train.compile=ops"]).train.compile == "ops"
+    assert _compile("train.compile=trace") == "trace"  # Liger on: the opt-in stands
 
 
 def test_mapping_leaves_its_input_alone_and_a_new_config_untouched():

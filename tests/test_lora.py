@@ -21,6 +21,7 @@ from ligerkit.loss import FusedLossRefusedError
 from ligerkit.proof.arm_grads import recipe_loss
 from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.adapters import add_lora, frozen_fingerprint, perturb_zero_adapters
+from ligerkit.errors import ResumeConfigError
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.train.config import ConfigError, load_recipe_config
 from ligerkit.train.recompute import is_recomputed, recompute_layers
@@ -84,6 +85,22 @@ def test_an_adapter_checkpoint_refuses_another_base_and_a_full_model(tmp_path):
     assert same.steps
 
 
+def test_a_refused_init_from_leaves_no_folder_and_a_resume_says_what_can_start_the_new_run(tmp_path):
+    train(tmp_path / "full", "train.checkpoint_every=4")
+    with pytest.raises(CheckpointError) as refused:
+        train(tmp_path / "lora", *LORA, init_from=tmp_path / "full")
+    assert "--init-from" in str(refused.value) and "trained every weight" in str(refused.value)
+    assert "shapes" not in str(refused.value)  # not a question of shapes
+    assert not (tmp_path / "lora").exists()  # refused before its first step: the folder is gone
+    assert train(tmp_path / "lora", *LORA)[0].steps  # so the same output_dir can be used at once
+    with pytest.raises(ResumeConfigError) as other_lora:  # LoRA turned on: --init-from cannot start it either
+        train(tmp_path / "full", "train.steps=6", *LORA, resume=tmp_path / "full")
+    assert "--init-from" not in str(other_lora.value).split("differ from what it trained with")[1].split(
+        "without --init-from")[0] and "cannot load" in str(other_lora.value)
+    with pytest.raises(ResumeConfigError, match=r"start a new run from its newest checkpoint's weights: .*--init-from"):
+        train(tmp_path / "full", "train.steps=6", "seed=3", resume=tmp_path / "full")  # the same weights train
+
+
 def test_the_frozen_fingerprint_sees_any_change_to_a_frozen_weight():
     engine = load_engine(QWEN3_CPU, [*SETS, *LORA])
     model = set_up_model(engine, torch.device("cpu"))
@@ -117,6 +134,9 @@ def test_two_ranks_train_and_resume_adapters_exactly(tmp_path):
     ("train.lora={rnak: 4}", ["rank"]),
     ("train.lora={target_modules: []}", ["at least one"]),
     ("train.lora={dropout: 1.0}", ["train.lora.dropout"]),
+    ("train.lora={target_modules: q_proj}", ["single name 'q_proj'", "[q_proj]", "all-linear"]),
+    ("train.lora={target_modules: all_linear}", ["did you mean all-linear"]),
+    ("train.lora={target_modules: [all-linear]}", ["all-linear stands on its own", "target_modules: all-linear"]),
 ])
 def test_lora_config_errors_say_what_to_fix(tmp_path, line, words):
     with pytest.raises(ConfigError) as caught:

@@ -397,6 +397,22 @@ def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
     assert both.exit_code == 1 and "--no-grads" in both.stderr
     typo = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "data.seq_lenn=1024"])
     assert typo.exit_code == 1 and "seq_len" in typo.stderr
+    assert "--grad-set 'data.seq_lenn=1024'" in typo.stderr  # the option is named, not only the file
+    bare = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "noequals"])
+    assert bare.exit_code == 1 and "--grad-set 'noequals'" in bare.stderr and "--set 'noequals'" not in bare.stderr
+
+
+def test_bench_resume_with_nothing_to_continue_is_said_before_looking_for_a_gpu(monkeypatch, tmp_path):
+    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    missing = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "does not exist; run the bench without --resume" in missing.stderr
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bench_runs.jsonl").write_text("[1, 2]\n")
+    garbage = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "bad")])
+    assert garbage.exit_code == 1 and "does not start with a bench's identity" in garbage.stderr
+    (tmp_path / "bad" / "bench_runs.jsonl").write_text('{"identity": {}}\n{"round": 0}\n')
+    row = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "bad")])
+    assert row.exit_code == 1 and "holds a line that is not a bench run" in row.stderr
 
 
 def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):

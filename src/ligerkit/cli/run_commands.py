@@ -234,11 +234,11 @@ def bench(
 
     from rich.progress import Progress
 
-    from ligerkit.errors import InvalidOptionError
+    from ligerkit.errors import ConfigError, InvalidOptionError
     from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
     from ligerkit.proof.arms import default_runner, resolve_config
-    from ligerkit.proof.bench_log import BenchLog, bench_identity
+    from ligerkit.proof.bench_log import BenchLog, bench_identity, check_resumable
     from ligerkit.proof.loss_reference import check_loss_reference
     from ligerkit.proof.recommend import Recommendation
     from ligerkit.train.config import load_recipe_config
@@ -257,7 +257,14 @@ def bench(
         if grad_lines and no_grads:
             raise InvalidOptionError("--grad-set sets the gradient check, which --no-grads skips; give one of them")
         if grad_lines:
-            load_recipe_config(config, [*overrides, *B.GRADIENT_PASS_LINES, *grad_lines])
+            try:
+                load_recipe_config(config, [*overrides, *B.GRADIENT_PASS_LINES, *grad_lines])
+            except ConfigError as exc:  # name the option the user gave, not only the file it was applied to
+                shown = " ".join(f"--grad-set {line!r}" for line in grad_lines)
+                raise ConfigError(f"{shown} (the gradient check's overrides, after --set): {exc}".replace(
+                    "--set '", "--grad-set '"), exc.problems) from None
+        if resume:
+            check_resumable(Path(out_dir))  # nothing to continue is said before the GPU check
         require_gpu("bench")
         import torch
 

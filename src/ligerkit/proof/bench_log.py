@@ -87,8 +87,26 @@ def _write(path: Path, rows: list[dict[str, Any]], mode: str) -> None:
         os.fsync(f.fileno())
 
 
+def check_resumable(out: Path) -> None:
+    """Refuse ``--resume`` before anything runs (the GPU check included) when ``out`` holds no bench log
+    to continue: none, one that does not start with a bench's identity, or a line that is not a run."""
+    _runs(Path(out) / LOG_NAME, _rows(Path(out) / LOG_NAME))
+
+
 def _read(path: Path, identity: Mapping[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
     """The runs of ``path`` after checking its identity against ``identity``."""
+    rows = _rows(path)
+    before = rows[0]["identity"]
+    changed = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
+    if changed:
+        raise LigerKitError(f"--resume: {path} was measured with other {', '.join(changed)} ("
+                            + "; ".join(f"{k}: {before.get(k)!r} then, {identity.get(k)!r} now" for k in changed)
+                            + "); rerun with the same command, or without --resume to start over")
+    return _runs(path, rows)
+
+
+def _rows(path: Path) -> list[Any]:
+    """The whole lines of ``path``, the first a bench's identity."""
     if not path.is_file():
         raise LigerKitError(f"--resume: {path} does not exist; run the bench without --resume first (its --out "
                             "folder keeps each finished run there)")
@@ -103,20 +121,20 @@ def _read(path: Path, identity: Mapping[str, Any]) -> dict[tuple[int, str], dict
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
                 break
-    if not rows or "identity" not in rows[0]:
+    if not rows or not isinstance(rows[0], dict) or not isinstance(rows[0].get("identity"), dict):
         raise LigerKitError(f"--resume: {path} does not start with a bench's identity; run without --resume")
-    before = rows[0]["identity"]
-    changed = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
-    if changed:
-        raise LigerKitError(f"--resume: {path} was measured with other {', '.join(changed)} ("
-                            + "; ".join(f"{k}: {before.get(k)!r} then, {identity.get(k)!r} now" for k in changed)
-                            + "); rerun with the same command, or without --resume to start over")
+    return rows
+
+
+def _runs(path: Path, rows: list[Any]) -> dict[tuple[int, str], dict[str, Any]]:
+    """The runs after the identity line, each checked to be one."""
     done = {}
     for row in rows[1:]:
-        outcome = {k: v for k, v in row.items() if k not in ("round", "arm")}
+        outcome = {k: v for k, v in row.items() if k not in ("round", "arm")} if isinstance(row, dict) else {}
         whole = (isinstance(outcome.get("summary"), dict) and {"losses", "tokens_per_s"} <= set(outcome["summary"])
                  or isinstance(outcome.get("did_not_fit"), str) or isinstance(outcome.get("reference"), dict))
-        if not (isinstance(row.get("round"), int) and isinstance(row.get("arm"), str) and whole):
+        if not (isinstance(row, dict) and isinstance(row.get("round"), int) and isinstance(row.get("arm"), str)
+                and whole):
             raise LigerKitError(f"--resume: {path} holds a line that is not a bench run ({json.dumps(row)[:120]}); "
                                 "run without --resume to start over")
         done[(row["round"], row["arm"])] = outcome

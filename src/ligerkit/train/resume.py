@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import yaml
 
-from ligerkit.train.checkpoint import complete, load_weights, step_of, weights_source
+from ligerkit.train.checkpoint import check_frozen, complete, load_weights, read_meta, step_of, weights_source
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.errors import LigerKitError, ResumeConfigError
 from ligerkit.train import distributed as D
@@ -130,10 +130,23 @@ def check_config(run: Path, now: dict[str, Any]) -> None:
     if not diffs:
         return
     lines = "\n".join(f"  {k}: {_show(a)} in the run, {_show(b)} now" for k, a, b in diffs)
+    instead = (f"or start a new run from its newest checkpoint's weights: {init}" if _same_trainable(before, now) else
+               "or start a new run without --init-from: a checkpoint holds the weights its run trained (the adapters "
+               "of a train.lora run, every weight otherwise), which another train.lora setting (on or off, another "
+               "rank or other target_modules) cannot load")
     raise ResumeConfigError(
         f"--resume {run} would train another run than the one in that folder; these keys differ from what it "
         f"trained with:\n{lines}\nResume without changing them (keys a resume may change: "
-        f"{', '.join(SAFE_TO_CHANGE)}), or start a new run from its newest checkpoint's weights: {init}")
+        f"{', '.join(SAFE_TO_CHANGE)}), {instead}")
+
+
+def _same_trainable(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether the two configs train the same set of weights (``--init-from`` can carry them over): LoRA in
+    both with the same rank and targets, or in neither."""
+    old, new = before["train"].get("lora"), now["train"].get("lora")
+    if old is None or new is None:
+        return old is None and new is None
+    return all(_norm(key, old.get(key)) == _norm(key, new.get(key)) for key in ("rank", "target_modules"))
 
 
 def init_weights(source: Path, model: Any, env: Any, frozen: str | None = None) -> None:
@@ -141,6 +154,10 @@ def init_weights(source: Path, model: Any, env: Any, frozen: str | None = None) 
     or one ``checkpoints/step_N``) into ``model``; optimizer and data start fresh. ``frozen`` is the hash
     of the model's frozen weights, which the checkpoint's must equal."""
     found = weights_source(source, env)
+    try:
+        check_frozen(found, read_meta(found), frozen)  # a LoRA / full mismatch is not a question of shapes
+    except CheckpointError as exc:
+        raise CheckpointError(f"--init-from {exc}", exc.file) from exc
     try:
         step = load_weights(found, model, frozen)
     except CheckpointError as exc:
@@ -171,13 +188,20 @@ def check_room(run: Path, checkpoint: Path, steps: int) -> None:
                           f"changed. To train further, resume with --set train.steps=N for some N > {done}")
 
 
+START_FILES = frozenset({".lock", "config.yaml", "environment.json", "liger.json", RECORD, "metrics.jsonl"})
+"""What a new run writes before its first step (``run_dir.write_start``, :func:`record`, its lock)."""
+
+
 def discard_unstarted(run: Path) -> bool:
-    """Remove a new run's folder that holds nothing but its lock (the run was refused before it wrote
-    anything); ``True`` when removed. A folder with any other file is left as it is."""
+    """Remove a new run's folder refused before its first step: it holds nothing but the files a run
+    writes at its start (:data:`START_FILES`, ``metrics.jsonl`` still empty), all derived from its
+    config; ``True`` when removed. A folder with any other file, or a metrics row, is left as it is."""
     try:
-        if {p.name for p in run.iterdir()} - {".lock"}:
+        names = {p.name for p in run.iterdir()}
+        if names - START_FILES or ("metrics.jsonl" in names and (run / "metrics.jsonl").stat().st_size):
             return False
-        (run / ".lock").unlink(missing_ok=True)
+        for name in sorted(names - {".lock"}) + [".lock"]:
+            (run / name).unlink(missing_ok=True)
         run.rmdir()
     except OSError:
         return False

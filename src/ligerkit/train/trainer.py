@@ -59,6 +59,7 @@ class Trainer:
         self.run: Path | None = None
         self.resume_seconds: float | None = None
         self._lock: IO[str] | None = None
+        self._stepped = False  # whether the training loop began (a failure before it leaves no run folder)
         self._frozen: Callable[[], str | None] = lambda: None  # the frozen weights' hash (train.lora), once built
 
     @property
@@ -86,8 +87,8 @@ class Trainer:
             if self._lock is not None:
                 self._lock.close()  # the OS would drop it at exit anyway
                 self._lock = None
-            if not clean and self.resume is None and self.env.main and self.run is not None:
-                resume.discard_unstarted(self.run)  # a refused run leaves no empty folder behind
+            if not clean and self.resume is None and self.env.main and self.run is not None and not self._stepped:
+                resume.discard_unstarted(self.run)  # a run refused before its first step leaves no folder behind
 
     def resolved_config(self) -> dict[str, Any]:
         """The config this run trains with, as ``config.yaml`` and ``run.json`` record it."""
@@ -107,8 +108,9 @@ class Trainer:
         self.engine.check_footprint(device)  # a config that cannot fit is refused before its folder exists
         self.run = self._open_run()
         if main:
-            log.info("%s: %d steps on %s x %d, Liger %s, loss %s; run folder %s", self.config.name, t.steps, device,
-                     self.env.world_size, "on" if self.engine.liger_enabled else "off", self.engine.loss.name, self.run)
+            log.info("%s: %d steps on %s x %d, Liger %s, loss %s, compile %s; run folder %s", self.config.name, t.steps,
+                     device, self.env.world_size, "on" if self.engine.liger_enabled else "off", self.engine.loss.name,
+                     t.compile, self.run)
         model = set_up_model(self.engine, device)
         self.engine.check_loss_path(model, device)  # a refused loss path leaves no run folder
         report = self.engine.liger_kit.report if self.engine.liger_kit.active else None
@@ -142,6 +144,7 @@ class Trainer:
         result = TrainResult(report=report, scan=self.engine.scan, run_dir=self.run, first_step=start,
                              resume_seconds=self.resume_seconds)
         peak = peak_flops(device, t.peak_tflops)
+        self._stepped = True  # from here a failure keeps the folder: it says which step failed
         try:
             for step in range(start, t.steps):
                 metrics = self._timed_step(step, step_module, optimizer, data, device, flops, peak)

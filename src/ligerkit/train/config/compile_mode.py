@@ -5,7 +5,8 @@
   compile-mode operators (``ligerkit.compile``: opaque to the compiler, no graph breaks, exact).
 - ``trace``: ``torch.compile`` traces into Liger's own autograd functions instead. On an H200 that
   overwrote norm weights next to Liger's MLP during backward (docs/benchmarks.md, "Compile over
-  Liger"), so it is never a default: naming it is the opt-in.
+  Liger"), so it is never a default: naming it is the opt-in. With Liger off there is nothing to trace
+  into and it would run as ``ops``, so the config is refused (:data:`TRACE_NEEDS_LIGER`).
 
 Earlier configs, and the ``config.yaml`` of earlier run folders, say it with three booleans:
 ``train.compile: true | false``, ``train.liger_compile_ops`` (default true) and
@@ -22,6 +23,11 @@ CompileMode = Literal["off", "ops", "trace"]
 COMPILED: tuple[str, ...] = ("ops", "trace")
 """The values that compile the decoder layers."""
 OLD_KEYS = ("liger_compile_ops", "compile_over_liger_kernels")
+TRACE_NEEDS_LIGER = (
+    "train.compile: trace traces torch.compile into Liger's own functions, and Liger is off "
+    "(model.liger_kernel.enabled: false), so it would run exactly as train.compile: ops; set train.compile: "
+    "ops, or turn Liger on"
+)
 
 _REFUSED = (
     "train.compile with Liger on and train.liger_compile_ops=false lets torch.compile trace into Liger's "
@@ -61,9 +67,10 @@ def map_old_keys(data: Any) -> Any:
     if value == "ops" and ops is False:  # the earlier way to compile over Liger's own functions
         model = data.get("model")
         liger = model.get("liger_kernel") if isinstance(model, dict) else None
-        if over is not True and isinstance(liger, dict) and liger.get("enabled") is True:
+        enabled = liger.get("enabled") if isinstance(liger, dict) else None
+        if over is not True and enabled is True:
             raise ValueError(_REFUSED)
-        value = "trace"
+        value = "ops" if enabled is not True else "trace"  # with Liger off there is nothing to trace into
     elif value == "trace" and ops is True:
         raise ValueError("train.compile: trace and train.liger_compile_ops=true disagree; set only train.compile")
     train["compile"] = value

@@ -113,6 +113,8 @@ def _fix_hint(error: Any) -> str:
     if kind in ("int_parsing", "float_parsing") and isinstance(given, str):
         return (f" (got the text {given[:40]!r}); write a plain number such as 1000000 (YAML reads 1e6 as text, "
                 "1.0e+6 as a number)")
+    if kind == "bool_parsing":
+        return f" (got {str(given)[:40]!r}); write true or false"
     if kind in ("literal_error", "enum"):
         return f" (got {str(given)[:40]!r})"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from ligerkit.train.config.strict import Float, Int, Strict
+
+
+ALL_LINEAR = "all-linear"
+"""``target_modules``' value for every linear layer but the output head."""
 
 
 class LoraConfig(Strict):
@@ -24,6 +29,19 @@ class LoraConfig(Strict):
         "all-linear", description="names of the linear layers that get adapters (the last part of their module "
         "path, e.g. [q_proj, v_proj]), or all-linear: every linear layer but the output head"
     )
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _list_or_all_linear(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != ALL_LINEAR:
+            if difflib.get_close_matches(value.lower(), [ALL_LINEAR], n=1, cutoff=0.75):
+                raise ValueError(f"got {value!r}; did you mean {ALL_LINEAR} (every linear layer but the output head)?")
+            raise ValueError(f"got the single name {value!r}; give a list, e.g. [{value}], or {ALL_LINEAR} for every "
+                             "linear layer but the output head")
+        if isinstance(value, (list, tuple)) and ALL_LINEAR in value:
+            raise ValueError(f"{ALL_LINEAR} stands on its own, not inside a list: write target_modules: {ALL_LINEAR}, "
+                             "or list layer names such as [q_proj, v_proj]")
+        return value
 
     @field_validator("target_modules")
     @classmethod

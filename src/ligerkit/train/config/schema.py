@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from ligerkit.naming import LOSS_MODULES
-from ligerkit.train.config.compile_mode import CompileMode, map_old_keys
+from ligerkit.train.config.compile_mode import TRACE_NEEDS_LIGER, CompileMode, map_old_keys
 from ligerkit.train.config.lora import LoraConfig
 from ligerkit.train.config.strict import Float, Int, Strict
 from ligerkit.train.paths import check_name, check_path, check_run_folder
@@ -252,6 +252,12 @@ class RecipeConfig(Strict):
                     "train.loss.path: fused computes the loss itself; keep cross_entropy and "
                     "fused_linear_cross_entropy excluded and off in model.liger_kernel.modules (no double patching)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _trace_needs_liger(self) -> RecipeConfig:
+        if self.train.compile == "trace" and not self.model.liger_kernel.enabled:
+            raise ValueError(TRACE_NEEDS_LIGER)
         return self
 
     @model_validator(mode="before")
