@@ -66,19 +66,30 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
                 found["step1_moves"][kind] = max(found["step1_moves"].get(kind, 0.0), move)
             return out
 
-        def _clip_to(self, model, norm):  # noqa: ANN001, D102
-            if not found["step1_grads"]:
-                for n, p in model.named_parameters():
-                    if ".lora_" in n and p.grad is not None:
-                        kind = "lora_A" if ".lora_A." in n else "lora_B"
-                        g = found["step1_grads"].setdefault(kind, {"nonzero": 0, "total": 0, "max": 0.0})
-                        g["nonzero"] += int((p.grad != 0).sum())
-                        g["total"] += p.grad.numel()
-                        g["max"] = max(g["max"], float(p.grad.abs().max()))
-            return super()._clip_to(model, norm)
+    from ligerkit.train import update as U
+
+    real_clip = U.clip_to
+
+    def watching_clip(model, max_norm, norm):  # noqa: ANN001, ANN202 (the step-1 gradients, before the clip)
+        if not found["step1_grads"]:
+            for n, p in model.named_parameters():
+                if ".lora_" in n and p.grad is not None:
+                    kind = "lora_A" if ".lora_A." in n else "lora_B"
+                    g = found["step1_grads"].setdefault(kind, {"nonzero": 0, "total": 0, "max": 0.0})
+                    g["nonzero"] += int((p.grad != 0).sum())
+                    g["total"] += p.grad.numel()
+                    g["max"] = max(g["max"], float(p.grad.abs().max()))
+        return real_clip(model, max_norm, norm)
 
     trainer = Watching(engine)
-    result = trainer.train(torch.device(device))
+    U.clip_to = watching_clip
+    try:
+        result = trainer.train(torch.device(device))
+    finally:
+        U.clip_to = real_clip
+    if not found["step1_grads"]:
+        raise RuntimeError("no adapter gradient was seen before the first update: the hook on "
+                           "ligerkit.train.update.clip_to did not run")
     frozen_moved = max((float((p.detach().float() - b).abs().max()) for p, b in found.pop("frozen_before")),
                        default=0.0)
     return {"losses": [s.loss for s in result.steps], "grad_norms": [s.grad_norm for s in result.steps],

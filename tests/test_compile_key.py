@@ -65,6 +65,21 @@ def test_trace_with_liger_off_is_refused_as_the_same_as_ops():
     assert _compile("train.compile=trace") == "trace"  # Liger on: the opt-in stands
 
 
+def test_a_run_folder_that_recorded_trace_with_liger_off_still_resumes(tmp_path):
+    """Such folders were written before that pair was refused; they ran exactly as ops and resume as ops."""
+    now = load_recipe_config(CPU_CONFIG, ["train.compile=ops"]).model_dump(mode="json")
+    before = json.loads(json.dumps(now))
+    before["train"]["compile"] = "trace"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(before, sort_keys=False))
+    resume.record(tmp_path, before)
+    resume.check_config(tmp_path, now)  # the same run: no refusal
+    assert load_recipe_config(tmp_path / "config.yaml").train.compile == "ops"  # `train --resume RUN` reads it so
+    elsewhere = tmp_path / "copy.yaml"  # the same text outside a run folder is a config the user writes: refused
+    elsewhere.write_text(yaml.safe_dump(before, sort_keys=False))
+    with pytest.raises(ConfigError, match="Liger is off"):
+        load_recipe_config(elsewhere)
+
+
 def test_mapping_leaves_its_input_alone_and_a_new_config_untouched():
     old = {"model": {"liger_kernel": {"enabled": True}}, "train": {"compile": True, "liger_compile_ops": True}}
     assert map_old_keys(old)["train"] == {"compile": "ops"}

@@ -413,7 +413,19 @@ def test_bench_resume_with_nothing_to_continue_is_said_before_looking_for_a_gpu(
     assert garbage.exit_code == 1 and "does not start with a bench's identity" in garbage.stderr
     (tmp_path / "bad" / "bench_runs.jsonl").write_text('{"identity": {}}\n{"round": 0}\n')
     row = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "bad")])
-    assert row.exit_code == 1 and "holds a line that is not a bench run" in row.stderr
+    assert row.exit_code == 1 and "other" in row.stderr  # another bench's identity (an empty one here)
+    from ligerkit.proof.bench_log import bench_identity
+
+    ours = bench_identity(GPU_CONFIG, [], list(B.DEFAULT_ARMS), 20, 5, 1, 1,
+                          "eager", {"device": "H200", "torch": "2.11"})
+    (tmp_path / "bad" / "bench_runs.jsonl").write_text(json.dumps({"identity": ours}) + '\n{"round": 0}\n')
+    row = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "bad")])
+    assert row.exit_code == 1 and "holds a line that is not a bench run" in row.stderr, row.stderr
+    (tmp_path / "bad" / "bench_runs.jsonl").write_text(json.dumps({"identity": ours}) + "\n")
+    other = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--steps", "7", "--out", str(tmp_path / "bad")])
+    assert other.exit_code == 1 and "other steps" in other.stderr  # compared before the GPU check, machine aside
+    same = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "bad")])
+    assert same.exit_code == 3  # the same bench: on to the GPU check, which this machine fails
 
 
 def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
@@ -618,6 +630,14 @@ def test_a_resume_after_the_recipe_code_changed_is_refused(tmp_path):
     BenchLog(tmp_path / "out", first, resume=False)
     tests = next((recipe / "tests").rglob("*.py"))
     tests.write_text(tests.read_text() + "\n# a note\n")
+    installed = recipe / ".venv" / "lib" / "site-packages" / "pkg.py"  # a virtual environment inside the folder
+    installed.parent.mkdir(parents=True)
+    installed.write_text("x = 1\n")
+    assert BenchLog(tmp_path / "out", identity(), resume=True).done == {}  # neither is the recipe's code
+    (recipe / "model" / "dangling.py").symlink_to(tmp_path / "nowhere.py")  # unreadable: a difference, not a crash
+    with pytest.raises(LigerKitError, match="other recipe_code"):
+        BenchLog(tmp_path / "out", identity(), resume=True)
+    (recipe / "model" / "dangling.py").unlink()
     assert BenchLog(tmp_path / "out", identity(), resume=True).done == {}
     model = next(p for p in (recipe / "model").rglob("*.py") if p.stat().st_size)
     model.write_text(model.read_text() + "\n# changed\n")

@@ -263,15 +263,17 @@ def bench(
                 shown = " ".join(f"--grad-set {line!r}" for line in grad_lines)
                 raise ConfigError(f"{shown} (the gradient check's overrides, after --set): {exc}".replace(
                     "--set '", "--grad-set '"), exc.problems) from None
-        if resume:
-            check_resumable(Path(out_dir))  # nothing to continue is said before the GPU check
+        def identity(machine: dict[str, str]) -> dict[str, object]:
+            return bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc, loss_reference, machine)
+
+        if resume:  # nothing to continue, or another bench's log, is said before the GPU check
+            check_resumable(Path(out_dir), identity({}))
         require_gpu("bench")
         import torch
 
         gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"), grad_lines)
-        machine = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
-        log = BenchLog(Path(out_dir), bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc,
-                                                     loss_reference, machine), resume)
+        log = BenchLog(Path(out_dir), identity({"torch": torch.__version__, "device": torch.cuda.get_device_name()}),
+                       resume)
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None)
                                      + (loss_reference == "float32"))

@@ -42,7 +42,8 @@ def bench_identity(config: Path, overrides: Sequence[str], arms: Sequence[str], 
 
 def recipe_code(config: Path, overrides: Sequence[str] = ()) -> str | None:
     """A hash of the Python files of the recipe ``config`` trains (every ``*.py`` of its folder but those
-    under ``tests/``), by their paths inside the folder; ``None`` when the config names no recipe folder."""
+    under ``tests/``, hidden folders such as ``.venv`` and installed packages), by their paths inside the
+    folder; ``None`` when the config names no recipe folder."""
     try:
         recipe = raw_config(config, list(overrides)).get("recipe")
         root = recipe_root(config, recipe if isinstance(recipe, str) else None)
@@ -51,9 +52,18 @@ def recipe_code(config: Path, overrides: Sequence[str] = ()) -> str | None:
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         inside = path.relative_to(root)
-        if not {"tests", "__pycache__"} & set(inside.parts[:-1]):
-            digest.update(inside.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        folders = inside.parts[:-1]
+        if _SKIPPED & set(folders) or any(part.startswith(".") for part in folders):
+            continue  # tests, caches, virtual environments and installed packages are not the recipe's code
+        try:
+            content = path.read_bytes()
+        except OSError as exc:  # a dangling link or an unreadable file: its state is part of the identity
+            content = f"<unreadable: {type(exc).__name__}>".encode()
+        digest.update(inside.as_posix().encode() + b"\0" + content + b"\0")
     return digest.hexdigest()
+
+
+_SKIPPED = {"tests", "__pycache__", "site-packages", "dist-packages", "node_modules"}
 
 
 class BenchLog:
@@ -87,22 +97,26 @@ def _write(path: Path, rows: list[dict[str, Any]], mode: str) -> None:
         os.fsync(f.fileno())
 
 
-def check_resumable(out: Path) -> None:
+def check_resumable(out: Path, identity: Mapping[str, Any]) -> None:
     """Refuse ``--resume`` before anything runs (the GPU check included) when ``out`` holds no bench log
-    to continue: none, one that does not start with a bench's identity, or a line that is not a run."""
-    _runs(Path(out) / LOG_NAME, _rows(Path(out) / LOG_NAME))
+    to continue (none, one that does not start with a bench's identity, a line that is not a run) or one
+    of another identity; ``identity``'s ``machine``, known only after the GPU check, is compared later."""
+    path = Path(out) / LOG_NAME
+    _runs(path, _rows(path), identity, skip=("machine",))
 
 
 def _read(path: Path, identity: Mapping[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
     """The runs of ``path`` after checking its identity against ``identity``."""
-    rows = _rows(path)
-    before = rows[0]["identity"]
-    changed = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
+    return _runs(path, _rows(path), identity)
+
+
+def _same_identity(path: Path, before: Mapping[str, Any], identity: Mapping[str, Any],
+                   skip: Sequence[str] = ()) -> None:
+    changed = sorted(k for k in {*before, *identity} if k not in skip and before.get(k) != identity.get(k))
     if changed:
         raise LigerKitError(f"--resume: {path} was measured with other {', '.join(changed)} ("
                             + "; ".join(f"{k}: {before.get(k)!r} then, {identity.get(k)!r} now" for k in changed)
                             + "); rerun with the same command, or without --resume to start over")
-    return _runs(path, rows)
 
 
 def _rows(path: Path) -> list[Any]:
@@ -126,8 +140,11 @@ def _rows(path: Path) -> list[Any]:
     return rows
 
 
-def _runs(path: Path, rows: list[Any]) -> dict[tuple[int, str], dict[str, Any]]:
-    """The runs after the identity line, each checked to be one."""
+def _runs(path: Path, rows: list[Any], identity: Mapping[str, Any],
+          skip: Sequence[str] = ()) -> dict[tuple[int, str], dict[str, Any]]:
+    """The runs after the identity line (the same as ``identity`` but for the keys in ``skip``), each
+    checked to be one."""
+    _same_identity(path, rows[0]["identity"], identity, skip)
     done = {}
     for row in rows[1:]:
         outcome = {k: v for k, v in row.items() if k not in ("round", "arm")} if isinstance(row, dict) else {}

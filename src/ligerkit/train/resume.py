@@ -119,7 +119,7 @@ def check_config(run: Path, now: dict[str, Any]) -> None:
 
     init = f"ligerkit train CONFIG --init-from {run}"
     try:
-        before = RecipeConfig.model_validate(recorded(run)).model_dump(mode="json")
+        before = RecipeConfig.model_validate(recorded(run), context={"recorded": True}).model_dump(mode="json")
     except Exception as exc:  # noqa: BLE001 (pydantic's ValidationError, or a type error in old data)
         raise ResumeConfigError(f"the config {run} trained with no longer validates ({exc}); start a new run from "
                                 f"its weights: {init}") from None

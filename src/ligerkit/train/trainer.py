@@ -84,11 +84,11 @@ class Trainer:
             torch.use_deterministic_algorithms(was_deterministic)
             self.engine.liger_kit.revert()
             D.shutdown(self.env, barrier=clean)
-            if self._lock is not None:
-                self._lock.close()  # the OS would drop it at exit anyway
-                self._lock = None
             if not clean and self.resume is None and self.env.main and self.run is not None and not self._stepped:
                 resume.discard_unstarted(self.run)  # a run refused before its first step leaves no folder behind
+            if self._lock is not None:  # released after the folder is gone: no other process sees it half-removed
+                self._lock.close()  # the OS would drop it at exit anyway
+                self._lock = None
 
     def resolved_config(self) -> dict[str, Any]:
         """The config this run trains with, as ``config.yaml`` and ``run.json`` record it."""

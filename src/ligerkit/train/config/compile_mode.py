@@ -77,6 +77,21 @@ def map_old_keys(data: Any) -> Any:
     return data
 
 
+def recorded_trace_as_ops(data: Any) -> Any:
+    """A run folder's recorded config with ``train.compile: trace`` and Liger off read as ``ops`` (a copy),
+    which it ran exactly as: such folders were written before :data:`TRACE_NEEDS_LIGER` refused that
+    pair, and still resume. ``data`` itself when there is nothing to read."""
+    train = data.get("train") if isinstance(data, dict) else None
+    model = data.get("model") if isinstance(data, dict) else None
+    liger = model.get("liger_kernel") if isinstance(model, dict) else None
+    if not isinstance(train, dict) or train.get("compile") != "trace" or (
+            isinstance(liger, dict) and liger.get("enabled") is True):
+        return data
+    data = copy.deepcopy(data)
+    data["train"]["compile"] = "ops"
+    return data
+
+
 def same_value(path: list[str], given: Any, wanted: Any) -> bool:
     """Whether a config's value at ``path`` is what an arm's line sets (``train.compile``: earlier booleans
     compare as their named values)."""

@@ -226,12 +226,14 @@ def apply_arm(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[
     return apply_overrides(data, ARMS[name])
 
 
-def validate_config(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[str] = ()) -> RecipeConfig:
+def validate_config(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[str] = (),
+                    recorded: bool = False) -> RecipeConfig:
     """Expand ``train.arm`` (:func:`apply_arm`), then validate a raw mapping; raise :class:`ConfigError`
-    naming every bad key path. ``overrides`` are the ``--set`` lines already in ``data`` (for messages)."""
+    naming every bad key path. ``overrides`` are the ``--set`` lines already in ``data`` (for messages);
+    ``recorded``: the config a run folder recorded (read as it ran: ``compile_mode.recorded_trace_as_ops``)."""
     data = apply_arm(data, source, overrides)
     try:
-        return RecipeConfig.model_validate(data)
+        return RecipeConfig.model_validate(data, context={"recorded": recorded})
     except ValidationError as exc:
         problems = _problems(exc)
         raise ConfigError(f"{source} is not a valid recipe config; fix each key named here:\n"
@@ -249,5 +251,13 @@ def raw_config(path: str | Path, overrides: Sequence[str] | None = None) -> dict
 
 
 def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None) -> RecipeConfig:
-    """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate."""
-    return validate_config(raw_config(path, overrides), str(path), list(overrides or []))
+    """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate (a run folder's own
+    ``config.yaml`` as the run recorded it: :func:`in_run_folder`)."""
+    return validate_config(raw_config(path, overrides), str(path), list(overrides or []), in_run_folder(Path(path)))
+
+
+def in_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a run folder's ``config.yaml`` (beside ``run.json``, or ``metrics.jsonl`` in
+    folders written before ``run.json`` existed)."""
+    folder = path.parent
+    return path.name == "config.yaml" and ((folder / "run.json").is_file() or (folder / "metrics.jsonl").is_file())

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from ligerkit.naming import LOSS_MODULES
-from ligerkit.train.config.compile_mode import TRACE_NEEDS_LIGER, CompileMode, map_old_keys
+from ligerkit.train.config.compile_mode import TRACE_NEEDS_LIGER, CompileMode, map_old_keys, recorded_trace_as_ops
 from ligerkit.train.config.lora import LoraConfig
 from ligerkit.train.config.strict import Float, Int, Strict
 from ligerkit.train.paths import check_name, check_path, check_run_folder
@@ -262,9 +262,11 @@ class RecipeConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _compile_keys(cls, data: Any) -> Any:
-        """``train.compile: true | false`` and the two booleans beside it (earlier configs) -> its named value."""
-        return map_old_keys(data)
+    def _compile_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        """``train.compile: true | false`` and the two booleans beside it (earlier configs) -> its named value;
+        a run folder's recorded ``trace`` with Liger off (validated with ``context={"recorded": True}``) -> ``ops``."""
+        data = map_old_keys(data)
+        return recorded_trace_as_ops(data) if (info.context or {}).get("recorded") else data
 
     @field_validator("name")
     @classmethod
