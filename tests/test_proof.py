@@ -401,6 +401,8 @@ def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
     assert "--grad-set 'data.seq_lenn=1024'" in typo.stderr  # the option is named, not only the file
     bare = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "noequals"])
     assert bare.exit_code == 1 and "--grad-set 'noequals'" in bare.stderr and "--set 'noequals'" not in bare.stderr
+    arm = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "train.arm=nope"])
+    assert arm.exit_code == 1 and "--grad-set train.arm=nope:" in arm.stderr and "--set train.arm" not in arm.stderr
 
 
 def test_bench_resume_with_nothing_to_continue_is_said_before_looking_for_a_gpu(monkeypatch, tmp_path):

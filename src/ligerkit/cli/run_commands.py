@@ -260,9 +260,13 @@ def bench(
             try:
                 load_recipe_config(config, [*overrides, *B.GRADIENT_PASS_LINES, *grad_lines])
             except ConfigError as exc:  # name the option the user gave, not only the file it was applied to
+                said = str(exc)
+                for line in grad_lines:  # where the loader says "--set LINE", the line came from --grad-set
+                    said = said.replace(f"--set {line!r}", f"--grad-set {line!r}").replace(f"--set {line}",
+                                                                                           f"--grad-set {line}")
                 shown = " ".join(f"--grad-set {line!r}" for line in grad_lines)
-                raise ConfigError(f"{shown} (the gradient check's overrides, after --set): {exc}".replace(
-                    "--set '", "--grad-set '"), exc.problems) from None
+                raise ConfigError(f"{shown} (the gradient check's overrides, after --set): {said}",
+                                  exc.problems) from None
         def identity(machine: dict[str, str]) -> dict[str, object]:
             return bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc, loss_reference, machine)
 
