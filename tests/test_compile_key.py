@@ -74,6 +74,8 @@ def test_a_run_folder_that_recorded_trace_with_liger_off_still_resumes(tmp_path)
     resume.record(tmp_path, before)
     resume.check_config(tmp_path, now)  # the same run: no refusal
     assert load_recipe_config(tmp_path / "config.yaml").train.compile == "ops"  # `train --resume RUN` reads it so
+    with pytest.raises(ConfigError, match="Liger is off"):  # naming trace again on the command line is judged
+        load_recipe_config(tmp_path / "config.yaml", ["train.compile=trace"])
     elsewhere = tmp_path / "copy.yaml"  # the same text outside a run folder is a config the user writes: refused
     elsewhere.write_text(yaml.safe_dump(before, sort_keys=False))
     with pytest.raises(ConfigError, match="Liger is off"):

@@ -267,6 +267,7 @@ def bench(
                 shown = " ".join(f"--grad-set {line!r}" for line in grad_lines)
                 raise ConfigError(f"{shown} (the gradient check's overrides, after --set): {said}",
                                   exc.problems) from None
+
         def identity(machine: dict[str, str]) -> dict[str, object]:
             return bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc, loss_reference, machine)
 

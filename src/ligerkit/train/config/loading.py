@@ -252,8 +252,11 @@ def raw_config(path: str | Path, overrides: Sequence[str] | None = None) -> dict
 
 def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None) -> RecipeConfig:
     """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate (a run folder's own
-    ``config.yaml`` as the run recorded it: :func:`in_run_folder`)."""
-    return validate_config(raw_config(path, overrides), str(path), list(overrides or []), in_run_folder(Path(path)))
+    ``config.yaml`` as the run recorded it: :func:`in_run_folder`, unless a ``--set`` line names the key
+    that reading changes, which is then judged as written)."""
+    overrides = list(overrides or [])
+    recorded = in_run_folder(Path(path)) and not any(line.startswith("train.compile=") for line in overrides)
+    return validate_config(raw_config(path, overrides), str(path), overrides, recorded)
 
 
 def in_run_folder(path: Path) -> bool:
