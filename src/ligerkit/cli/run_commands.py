@@ -268,17 +268,15 @@ def bench(
                 raise ConfigError(f"{shown} (the gradient check's overrides, after --set): {said}",
                                   exc.problems) from None
 
-        def identity(machine: dict[str, str]) -> dict[str, object]:
-            return bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc, loss_reference, machine)
-
+        identity = bench_identity(config, overrides, chosen, steps, warmup, repeats, nproc, loss_reference, {})
         if resume:  # nothing to continue, or another bench's log, is said before the GPU check
-            check_resumable(Path(out_dir), identity({}))
+            check_resumable(Path(out_dir), identity)
         require_gpu("bench")
         import torch
 
         gradients = None if no_grads else B.recipe_gradients(config, overrides, torch.device("cuda"), grad_lines)
-        log = BenchLog(Path(out_dir), identity({"torch": torch.__version__, "device": torch.cuda.get_device_name()}),
-                       resume)
+        machine = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
+        log = BenchLog(Path(out_dir), {**identity, "machine": machine}, resume)
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None)
                                      + (loss_reference == "float32"))

@@ -32,7 +32,7 @@ import os
 import platform
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,10 +76,21 @@ def code_version(parts: tuple[str, ...] = ("",)) -> str:
     """The hash of ligerkit's source files under ``parts`` (folders or files of the package; ``""``: all of
     it), read once per process."""
     root = Path(__file__).resolve().parents[1]
+    return source_digest(root, [path for part in parts for path in
+                                (sorted((root / part).rglob("*.py")) if (root / part).is_dir() else [root / part])])
+
+
+def source_digest(root: Path, files: Iterable[Path]) -> str:
+    """The SHA-256 of ``files`` (under ``root``), each by its path inside ``root`` and its bytes, in the
+    order given; a file that cannot be read counts as a marker naming the error, so its state is part of
+    the hash instead of an exception."""
     digest = hashlib.sha256()
-    for part in parts:
-        for path in sorted((root / part).rglob("*.py")) if (root / part).is_dir() else [root / part]:
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in files:
+        try:
+            content = path.read_bytes()
+        except OSError as exc:  # a dangling link or an unreadable file
+            content = f"<unreadable: {type(exc).__name__}>".encode()
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + content + b"\0")
     return digest.hexdigest()
 
 

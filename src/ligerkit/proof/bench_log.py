@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import LigerKitError, RecipeError
-from ligerkit.probe.verdict_cache import code_version, versions
+from ligerkit.probe.verdict_cache import code_version, source_digest, versions
 from ligerkit.train.config.loading import raw_config
 from ligerkit.train.loading import recipe_root
 
@@ -49,18 +49,11 @@ def recipe_code(config: Path, overrides: Sequence[str] = ()) -> str | None:
         root = recipe_root(config, recipe if isinstance(recipe, str) else None)
     except RecipeError:
         return None
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        inside = path.relative_to(root)
-        folders = inside.parts[:-1]
-        if _SKIPPED & set(folders) or any(part.startswith(".") for part in folders):
-            continue  # tests, caches, virtual environments and installed packages are not the recipe's code
-        try:
-            content = path.read_bytes()
-        except OSError as exc:  # a dangling link or an unreadable file: its state is part of the identity
-            content = f"<unreadable: {type(exc).__name__}>".encode()
-        digest.update(inside.as_posix().encode() + b"\0" + content + b"\0")
-    return digest.hexdigest()
+    def own(path: Path) -> bool:  # tests, caches, virtual environments and installed packages are not its code
+        folders = path.relative_to(root).parts[:-1]
+        return not (_SKIPPED & set(folders) or any(part.startswith(".") for part in folders))
+
+    return source_digest(root, [path for path in sorted(root.rglob("*.py")) if own(path)])
 
 
 _SKIPPED = {"tests", "__pycache__", "site-packages", "dist-packages", "node_modules"}

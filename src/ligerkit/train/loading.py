@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, load_recipe_config, raw_config
+from ligerkit.train.config.loading import is_run_folder
 from ligerkit.train.config_checks import check_model_keys, config_class_for, problems_of
 from ligerkit.train.recipe import RecipeEngine
 from ligerkit.errors import RecipeError
@@ -103,8 +104,7 @@ def config_of(target: str | Path, gpu: bool) -> Path:
 def load_recipe(path: str | Path, recipe: str | None = None) -> Recipe:
     """Import ``recipes.<name>.engine`` and find its RecipeEngine subclass (the base class if none)."""
     root = recipe_root(path, recipe)
-    inside = next((p for p in (root, *root.parents) if (p / "run.json").is_file()
-                   or ((p / "config.yaml").is_file() and (p / "metrics.jsonl").is_file())), None)
+    inside = next((p for p in (root, *root.parents) if is_run_folder(p)), None)
     if inside is not None:  # a run folder is data: whatever it holds, none of it is imported
         raise RecipeError(f"the recipe {root} lies inside the run folder {inside}, and nothing in a run folder is "
                           "loaded as code; give the recipe's own config (ligerkit train recipes/<name>/configs/"

@@ -29,7 +29,8 @@ from typing import IO, Any
 
 import yaml
 
-from ligerkit.train.checkpoint import check_frozen, complete, load_weights, read_meta, step_of, weights_source
+from ligerkit.train.checkpoint import complete, load_weights, step_of, weights_source
+from ligerkit.train.manifest import META
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.errors import LigerKitError, ResumeConfigError
 from ligerkit.train import distributed as D
@@ -155,12 +156,10 @@ def init_weights(source: Path, model: Any, env: Any, frozen: str | None = None) 
     of the model's frozen weights, which the checkpoint's must equal."""
     found = weights_source(source, env)
     try:
-        check_frozen(found, read_meta(found), frozen)  # a LoRA / full mismatch is not a question of shapes
-    except CheckpointError as exc:
-        raise CheckpointError(f"--init-from {exc}", exc.file) from exc
-    try:
         step = load_weights(found, model, frozen)
     except CheckpointError as exc:
+        if exc.file is not None and exc.file.name == META:  # the frozen-weights check: not a question of shapes
+            raise CheckpointError(f"--init-from {exc}", exc.file) from exc
         raise CheckpointError(f"--init-from {found}: {exc} (is it a checkpoint of this config's model? Its shapes "
                               "must match)", exc.file) from exc
     if env.main:

@@ -89,15 +89,28 @@ def total_norm(model: nn.Module) -> torch.Tensor | None:
     moves in steps of 0.4-0.8%, and two runs whose gradients differ in the last bit can be clipped by
     factors that far apart.
     """
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
+    groups = grads_by_device_and_dtype(model)
+    if not groups:
         return None
-    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for g in grads:  # one foreach launch per (device, dtype), as clip_grad_norm_ groups them
-        groups.setdefault((g.device, g.dtype), []).append(g)
-    first = grads[0].device
+    first = next(iter(groups))[0]
     norms = [n.to(first) for group in groups.values() for n in torch._foreach_norm(group, 2.0, dtype=torch.float32)]
     return torch.linalg.vector_norm(torch.stack(norms), 2.0)
+
+
+def grads_by_device_and_dtype(model: nn.Module) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+    """The model's gradients grouped by (device, dtype), in parameter order: one multi-tensor launch per
+    group, as ``clip_grad_norm_`` groups them (empty without gradients)."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for p in model.parameters():
+        if p.grad is not None:
+            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+    return groups
+
+
+def gathered(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` whole: a sharded (DTensor) one gathered from every rank, any other as it is."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
 
 
 def on_host(loss: torch.Tensor, norm: torch.Tensor | None) -> tuple[float, float]:
@@ -105,8 +118,7 @@ def on_host(loss: torch.Tensor, norm: torch.Tensor | None) -> tuple[float, float
     two); a ``None`` norm (no gradients) is 0. A sharded norm is gathered first."""
     if norm is None:
         return float(loss), 0.0
-    full = getattr(norm, "full_tensor", None)
-    norm = full() if callable(full) else norm
+    norm = gathered(norm)
     values = torch.stack([loss.detach().float().reshape(()), norm.detach().float().reshape(()).to(loss.device)])
     first, second = values.tolist()
     return first, second
@@ -114,5 +126,4 @@ def on_host(loss: torch.Tensor, norm: torch.Tensor | None) -> tuple[float, float
 
 def as_float(norm: torch.Tensor) -> float:
     """A (possibly sharded) scalar tensor as a Python float."""
-    full = getattr(norm, "full_tensor", None)
-    return float(full() if callable(full) else norm)
+    return float(gathered(norm))

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils._foreach_utils import _has_foreach_support
 
-from ligerkit.train.step import on_host
+from ligerkit.train.step import gathered, grads_by_device_and_dtype, on_host
 from ligerkit.train.stopping import NonFiniteError
 
 
@@ -53,22 +53,13 @@ def clip_to(model: nn.Module, max_norm: float | None, norm: torch.Tensor | None)
     if norm is None or not max_norm:
         return
     factor = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for p in model.parameters():
-        if p.grad is not None:
-            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
-    for (device, dtype), grads in groups.items():
+    for (device, dtype), grads in grads_by_device_and_dtype(model).items():
         scale = factor.to(device=device, dtype=dtype if device.type == "cuda" else factor.dtype)
         if _has_foreach_support(grads, device):
             torch._foreach_mul_(grads, scale)
         else:
             for grad in grads:
                 grad.mul_(scale)
-
-
-def _full(norm: torch.Tensor | None) -> torch.Tensor | None:
-    full = getattr(norm, "full_tensor", None)  # a sharded norm, gathered once for the flag and the read
-    return full() if callable(full) else norm
 
 
 def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss_sum: torch.Tensor,
@@ -80,7 +71,7 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss_sum: torch.T
     Raises :class:`NonFiniteError` (the gradients cleared, the weights and the optimizer's states not
     updated) when the loss or the norm is not finite; ``step`` (0-based) names the step in its message.
     """
-    full = _full(norm)
+    full = gathered(norm) if norm is not None else None  # a sharded norm, gathered once for the flag and the read
     if skips_on_device(optimizer):
         clip_to(model, max_norm, norm)
         optimizer.found_inf = non_finite_flag(loss_sum, full)  # type: ignore[attr-defined]

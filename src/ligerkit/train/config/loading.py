@@ -260,7 +260,12 @@ def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None)
 
 
 def in_run_folder(path: Path) -> bool:
-    """Whether ``path`` is a run folder's ``config.yaml`` (beside ``run.json``, or ``metrics.jsonl`` in
-    folders written before ``run.json`` existed)."""
-    folder = path.parent
-    return path.name == "config.yaml" and ((folder / "run.json").is_file() or (folder / "metrics.jsonl").is_file())
+    """Whether ``path`` is a run folder's ``config.yaml``."""
+    return path.name == "config.yaml" and is_run_folder(path.parent)
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a training run's folder: it holds ``run.json``, or (folders written before
+    ``run.json`` existed) ``config.yaml`` beside ``metrics.jsonl``."""
+    return (folder / "run.json").is_file() or ((folder / "config.yaml").is_file()
+                                                and (folder / "metrics.jsonl").is_file())
