@@ -1,8 +1,9 @@
 """GPU: where a recipe's peak memory goes, phase by phase, for one arm (one process per arm).
 
 Builds the recipe's model through the trainer (kit.apply, build, scan), runs one optimizer step so
-the AdamW states exist, then measures one micro-batch of step 1: weights, optimizer states,
-gradients held between micro-batches, activations saved by the forward (allocated after forward
+the AdamW states exist, then measures the first micro-batch of step 1: weights, optimizer states,
+the gradients held from earlier micro-batches (only when the step has several: with one, they appear
+during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
 
     python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
@@ -41,9 +42,11 @@ def main() -> None:
         states = torch.cuda.memory_allocated() / GIB - weights
         first, *rest = trainer.micro_batches(1, vocab)
         batch = device_batch(first, device, engine.config.train.drop_right_padding_mask)
-        # a previous micro-batch's gradients are held while the next one runs
-        for p in module.parameters():
-            p.grad = torch.zeros_like(p)
+        # with several micro-batches a step, the earlier ones' gradients are held while the next one
+        # runs; with one, the gradients appear during the backward (the optimizer left them as None)
+        held = bool(rest)
+        for p in module.parameters():  # frozen weights (a LoRA base) hold no gradient
+            p.grad = torch.zeros_like(p) if held and p.requires_grad else None
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         grads = before / GIB - weights - states
@@ -58,7 +61,7 @@ def main() -> None:
     finally:
         engine.liger_kit.revert()
     print(json.dumps({"config": args.config, "overrides": args.overrides, "weights_gib": weights,
-                      "optimizer_states_gib": states, "grads_gib": grads, "saved_by_forward_gib": saved,
+                      "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak}))
 
 

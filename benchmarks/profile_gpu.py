@@ -4,7 +4,10 @@ Each arm trains the recipe in its own process (Liger's patches are process-wide)
 steps, then ``--active`` steps under ``torch.profiler``. Kernel times are summed by kind (matmul,
 attention, Inductor/Triton fused kernels, Liger's kernels, loss, optimizer, embedding, copies) and
 reported per step, with the trainer's own step time (data generation excluded) and the part of it
-no kernel ran (the host launching work, synchronisation, and profiler overhead). The top kernels by time are listed too,
+no kernel ran (the host launching work, synchronisation, and profiler overhead). That idle time is
+taken apart by where it falls (``ligerkit.proof.kernel_time.idle_gaps``: gaps between kernels by size,
+and by the kernels either side, so one place that idles every step is one row), and the host's own
+operators are ranked by their time. The top kernels by time are listed too,
 and the host-device synchronizations of every step after the warm-up are counted with the source line that made
 each one (``ligerkit.proof.syncs``: CUDA's sync debug mode).
 
@@ -27,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ligerkit.proof.kernel_time import profiled_kernels, summarize_kernels
+from ligerkit.proof.kernel_time import host_ops, idle_gaps, profiled_kernels, summarize_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "PROFILE_JSON "
@@ -69,7 +72,8 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
     out.update(arm=arm, lines=lines, trainer_step_ms=timed, mfu=[s.mfu for s in result.steps[warmup:]],
                peak_mem_gib=max((s.peak_mem_gib or 0.0) for s in result.steps),
                swaps=len(result.report.patched) if result.report is not None else 0,
-               syncs_per_step=syncs.per_step, sync_sources=syncs.sources())
+               syncs_per_step=syncs.per_step, sync_sources=syncs.sources(), idle=idle_gaps(kernels, active),
+               host_ops=host_ops(prof, active))
     return out
 
 
@@ -113,6 +117,10 @@ def main() -> None:
         print(f"{arm}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms']:.1f} ms (busy {r['busy_ms']:.1f}), no kernel "
               f"{r['no_kernel_ms']:.1f} ms, communication not overlapped {r['exposed_communication_ms']:.1f} ms; {kinds}; "
               f"syncs per step {r['syncs_per_step']} from {list(r['sync_sources'])[:4]}", flush=True)
+        sizes = ", ".join(f"{size}: {v['gaps_per_step']:.0f} gaps {v['ms_per_step']:.2f} ms" for size, v in r["idle"]["by_size"].items())
+        print(f"  idle between kernels {r['idle']['gap_ms']:.1f} ms a step ({sizes}); the longest place: "
+              + "; ".join(f"{p['after'][:40]} -> {p['before'][:40]} {p['ms_per_step']:.2f} ms" for p in r["idle"]["by_place"][:3]),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from ligerkit.proof.kernel_time import exposed_us, kind_of, summarize_kernels, union_us
+from ligerkit.proof.kernel_time import GAP_SIZES, exposed_us, idle_gaps, kind_of, summarize_kernels, union_us
 from ligerkit.proof.syncs import SYNC_MESSAGE, SyncCounter
 
 
@@ -36,6 +36,32 @@ def test_summary_splits_a_step_into_kernels_and_idle_time():
     assert out["top"][0] == {"kernel": "sm90_gemm", "kind": "matmul", "ms_per_step": 4.0, "calls_per_step": 1.0}
     with pytest.raises(ValueError, match="steps"):
         summarize_kernels(kernels, steps=0, wall_ms=1.0)
+
+
+def test_idle_gaps_are_taken_apart_by_size_and_by_place():
+    # two steps, each: a matmul, 5 us idle, a norm overlapped by a copy on another stream, then 2 ms
+    # idle before the next step's matmul; the copy ends last, so the long gap comes after it
+    kernels = []
+    for step in range(2):
+        t = step * 10_000.0
+        kernels += [("sm90_gemm", t, t + 1000), ("_rms_norm_forward", t + 1005, t + 1100),
+                    ("memcpy", t + 1050, t + 1200)]
+    out = idle_gaps(kernels + [("sm90_gemm", 20_000.0, 20_100.0)], steps=2)
+    # per step: one 5 us gap and one of 8.8 ms (the last step's gap runs into the extra kernel)
+    assert out["gap_ms"] == pytest.approx((5 + 8800) / 1e3)
+    assert list(out["by_size"]) == [GAP_SIZES[0], GAP_SIZES[-1]]
+    assert out["by_size"][GAP_SIZES[0]] == {"gaps_per_step": 1.0, "ms_per_step": pytest.approx(0.005)}
+    assert out["by_size"][GAP_SIZES[-1]]["gaps_per_step"] == 1.0
+    longest, shortest = out["by_place"]
+    assert (longest["after"], longest["before"]) == ("memcpy", "sm90_gemm")
+    assert longest["ms_per_step"] == pytest.approx(8.8)
+    assert (shortest["after"], shortest["before"]) == ("sm90_gemm", "_rms_norm_forward")
+    # overlapping kernels leave no gap, and the order they are given in does not matter
+    assert idle_gaps(list(reversed(kernels[:3])), steps=1)["by_place"] == [
+        {"after": "sm90_gemm", "before": "_rms_norm_forward", "gaps_per_step": 1.0, "ms_per_step": pytest.approx(0.005)}]
+    assert idle_gaps([("a", 0.0, 10.0), ("b", 5.0, 20.0)], steps=1)["gap_ms"] == 0.0
+    with pytest.raises(ValueError, match="steps"):
+        idle_gaps(kernels, steps=0)
 
 
 def _sync_here() -> None:

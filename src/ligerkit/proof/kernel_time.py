@@ -8,6 +8,7 @@ kernels recognised by their function-name prefixes.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from typing import Any
 
@@ -52,6 +53,54 @@ def exposed_us(spans: list[tuple[float, float]], cover: list[tuple[float, float]
     """How much of the union of ``spans`` no span of ``cover`` overlaps (communication not hidden
     behind compute, on GPUs that run them on separate streams)."""
     return union_us(spans) - (union_us(spans + cover) - union_us(cover))
+
+
+GAP_BUCKETS_US: tuple[float, ...] = (10.0, 100.0, 1000.0)
+"""Upper bounds of the idle-gap sizes ``idle_gaps`` counts apart (microseconds; the last bucket is open)."""
+
+
+GAP_SIZES: tuple[str, ...] = (*(f"{low:g}-{high:g} us" for low, high in zip((0.0, *GAP_BUCKETS_US), GAP_BUCKETS_US)),
+                              f">= {GAP_BUCKETS_US[-1]:g} us")
+"""The size labels ``idle_gaps`` reports, smallest first."""
+
+
+def _size(us: float) -> str:
+    return GAP_SIZES[bisect.bisect_right(GAP_BUCKETS_US, us)]
+
+
+def idle_gaps(kernels: list[tuple[str, float, float]], steps: int, top: int = 10) -> dict[str, Any]:
+    """Where the GPU sat idle between ``kernels`` (name, start, end in microseconds) over ``steps`` steps.
+
+    Every gap between the end of the last kernel still running and the next kernel's start, per step:
+    counted and summed by size (many short gaps: the GPU waiting for the host's next launch; a few
+    long ones: the host busy with other work, or waiting for the GPU itself), and summed by the pair
+    of kernels either side, so a gap that recurs at one place in every step shows up as one row.
+    The time before the first kernel and after the last is not a gap here (it is in
+    ``summarize_kernels``'s ``no_kernel_ms``)."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    by_size: dict[str, list[float]] = {}
+    by_place: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    reach, last = None, ""
+    for name, start, end in sorted(kernels, key=lambda k: (k[1], k[2])):
+        if reach is not None and start > reach:
+            gap = start - reach
+            row = by_size.setdefault(_size(gap), [0.0, 0.0])
+            row[0] += 1
+            row[1] += gap
+            place = by_place[(last, name)]
+            place[0] += 1
+            place[1] += gap
+        if reach is None or end >= reach:
+            reach, last = end, name
+    total = sum(us for _, us in by_size.values())
+    return {
+        "gap_ms": total / 1e3 / steps,
+        "by_size": {size: {"gaps_per_step": by_size[size][0] / steps, "ms_per_step": by_size[size][1] / 1e3 / steps}
+                    for size in GAP_SIZES if size in by_size},
+        "by_place": [{"after": a[:120], "before": b[:120], "gaps_per_step": n / steps, "ms_per_step": us / 1e3 / steps}
+                     for (a, b), (n, us) in sorted(by_place.items(), key=lambda kv: -kv[1][1])[:top]],
+    }
 
 
 def summarize_kernels(kernels: list[tuple[str, float, float]], steps: int, wall_ms: float,
