@@ -1,7 +1,7 @@
 """GPU: where a recipe's peak memory goes, phase by phase, for one arm (one process per arm).
 
 Builds the recipe's model through the trainer (kit.apply, build, scan), runs one optimizer step so
-the AdamW states exist, then measures the first micro-batch of step 1: weights, optimizer states,
+the AdamW states exist, then measures the first micro-batch of the second step: weights, optimizer states,
 the gradients held from earlier micro-batches (only when the step has several: with one, they appear
 during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.

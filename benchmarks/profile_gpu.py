@@ -6,8 +6,10 @@ attention, Inductor/Triton fused kernels, Liger's kernels, loss, optimizer, embe
 reported per step, with the trainer's own step time (data generation excluded) and the part of it
 no kernel ran (the host launching work, synchronisation, and profiler overhead). That idle time is
 taken apart by where it falls (``ligerkit.proof.kernel_time.idle_gaps``: gaps between kernels by size,
-and by the kernels either side, so one place that idles every step is one row), and the host's own
-operators are ranked by their time. The top kernels by time are listed too,
+and by the kernels either side, so one place that idles every step is one row; the gap from one
+step's last kernel to the next step's first also holds the untimed host work between steps, data
+generation among it, so that row overstates its share of the step), and the host's own operators are
+ranked by their time. The top kernels by time are listed too,
 and the host-device synchronizations of every step after the warm-up are counted with the source line that made
 each one (``ligerkit.proof.syncs``: CUDA's sync debug mode).
 

@@ -34,11 +34,12 @@ from ligerkit.train.manifest import META
 from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.errors import LigerKitError, ResumeConfigError
 from ligerkit.train import distributed as D
-from ligerkit.train.run_dir import RunDirError, open_run_dir
+from ligerkit.train.run_dir import WRITTEN_AT_START, RunDirError, open_run_dir
 
 log = logging.getLogger("ligerkit.train")
 
 RECORD = "run.json"
+LOCK_FILE = ".lock"
 FORMAT = 2
 """Run folder format: 1 = ``config.yaml`` only (before run.json existed), 2 = ``run.json`` as well."""
 
@@ -187,7 +188,7 @@ def check_room(run: Path, checkpoint: Path, steps: int) -> None:
                           f"changed. To train further, resume with --set train.steps=N for some N > {done}")
 
 
-START_FILES = frozenset({".lock", "config.yaml", "environment.json", "liger.json", RECORD, "metrics.jsonl"})
+START_FILES = frozenset({LOCK_FILE, RECORD, *WRITTEN_AT_START})
 """What a new run writes before its first step (``run_dir.write_start``, :func:`record`, its lock)."""
 
 
@@ -199,7 +200,7 @@ def discard_unstarted(run: Path) -> bool:
         names = {p.name for p in run.iterdir()}
         if names - START_FILES or ("metrics.jsonl" in names and (run / "metrics.jsonl").stat().st_size):
             return False
-        for name in sorted(names - {".lock"}) + [".lock"]:
+        for name in sorted(names - {LOCK_FILE}) + [LOCK_FILE]:  # the lock last
             (run / name).unlink(missing_ok=True)
         run.rmdir()
     except OSError:
@@ -210,7 +211,7 @@ def discard_unstarted(run: Path) -> bool:
 def lock(run: Path) -> IO[str]:
     """Hold ``run``'s lock for as long as the returned file stays open (the OS drops it when the process
     ends); :class:`RunDirError` when another process holds it."""
-    handle = open(run / ".lock", "a+")  # noqa: SIM115 (held open on purpose)
+    handle = open(run / LOCK_FILE, "a+")  # noqa: SIM115 (held open on purpose)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

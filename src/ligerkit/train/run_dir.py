@@ -92,12 +92,18 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
+WRITTEN_AT_START: tuple[str, ...] = ("config.yaml", "environment.json", "liger.json", "metrics.jsonl")
+"""The files :func:`write_start` writes (``metrics.jsonl`` empty)."""
+
+
 def write_start(path: Path, config: dict[str, Any], liger: dict[str, Any] | None) -> None:
-    """``config.yaml``, ``environment.json`` and ``liger.json`` of a new run."""
-    (path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    write_json(path / "environment.json", environment())
-    write_json(path / "liger.json", liger or {"enabled": False})
-    (path / "metrics.jsonl").touch()
+    """``config.yaml``, ``environment.json``, ``liger.json`` and an empty ``metrics.jsonl`` of a new run
+    (:data:`WRITTEN_AT_START`)."""
+    config_file, environment_file, liger_file, metrics_file = WRITTEN_AT_START
+    (path / config_file).write_text(yaml.safe_dump(config, sort_keys=False))
+    write_json(path / environment_file, environment())
+    write_json(path / liger_file, liger or {"enabled": False})
+    (path / metrics_file).touch()
 
 
 def keep_metrics_through(path: Path, done: int) -> int:
