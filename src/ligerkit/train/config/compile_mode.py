@@ -54,6 +54,13 @@ def _flag(train: dict[str, Any], key: str) -> bool | None:
     return value
 
 
+def _liger_enabled(data: dict[str, Any]) -> Any:
+    """A raw config's ``model.liger_kernel.enabled`` as written (``None`` where it is not given)."""
+    model = data.get("model")
+    liger = model.get("liger_kernel") if isinstance(model, dict) else None
+    return liger.get("enabled") if isinstance(liger, dict) else None
+
+
 def map_old_keys(data: Any) -> Any:
     """A raw recipe config with ``train.compile``'s booleans (and the two keys beside it) read into
     the named value (a copy; ``data`` itself when there is nothing to map)."""
@@ -65,9 +72,7 @@ def map_old_keys(data: Any) -> Any:
     value = compile_value(train.get("compile", "off"))
     ops, over = _flag(train, "liger_compile_ops"), _flag(train, "compile_over_liger_kernels")
     if value == "ops" and ops is False:  # the earlier way to compile over Liger's own functions
-        model = data.get("model")
-        liger = model.get("liger_kernel") if isinstance(model, dict) else None
-        enabled = liger.get("enabled") if isinstance(liger, dict) else None
+        enabled = _liger_enabled(data)
         if over is not True and enabled is True:
             raise ValueError(_REFUSED)
         value = "ops" if enabled is not True else "trace"  # with Liger off there is nothing to trace into
@@ -82,10 +87,7 @@ def recorded_trace_as_ops(data: Any) -> Any:
     which it ran exactly as: such folders were written before :data:`TRACE_NEEDS_LIGER` refused that
     pair, and still resume. ``data`` itself when there is nothing to read."""
     train = data.get("train") if isinstance(data, dict) else None
-    model = data.get("model") if isinstance(data, dict) else None
-    liger = model.get("liger_kernel") if isinstance(model, dict) else None
-    if not isinstance(train, dict) or train.get("compile") != "trace" or (
-            isinstance(liger, dict) and liger.get("enabled") is True):
+    if not isinstance(train, dict) or train.get("compile") != "trace" or _liger_enabled(data) is True:
         return data
     data = copy.deepcopy(data)
     data["train"]["compile"] = "ops"
