@@ -41,7 +41,7 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
     found: dict = {"step1_grads": {}, "step1_moves": {}}
 
     class Watching(Trainer):
-        def train_step(self, model, optimizer, batches, device, step=0):  # noqa: ANN001, D102
+        def train_step(self, model, optimizer, batches, device, step=0, data=None):  # noqa: ANN001, D102
             params = dict(model.named_parameters())
             before = {n: p.detach().clone() for n, p in params.items() if step == 0 and ".lora_" in n}
             if step == 0:  # the adapters' starting values: every arm must start from the same ones
@@ -49,7 +49,7 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
                                                       if f".{kind}." in n)) for kind in ("lora_A", "lora_B")}
                 found["frozen_before"] = [(p, p.detach().float().clone()) for p in list(params.values())[:50]
                                           if not p.requires_grad]
-            out = super().train_step(model, optimizer, batches, device, step)
+            out = super().train_step(model, optimizer, batches, device, step, data)
             if step == 0:  # the first update's effect on the same batch, without the next batch's variation
                 from ligerkit.loss import valid_tokens
                 from ligerkit.train.step import device_batch

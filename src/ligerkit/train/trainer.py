@@ -19,7 +19,6 @@ from typing import IO, Any
 import torch
 
 from ligerkit.errors import LigerKitError
-from ligerkit.loss import valid_tokens
 from ligerkit.train import checkpoint, resume, run_dir
 from ligerkit.train.adapters import fingerprint_when_needed, training_line
 from ligerkit.train import distributed as D
@@ -32,7 +31,8 @@ from ligerkit.train.recipe import Batch, RecipeEngine
 from ligerkit.train.result import TrainResult
 from ligerkit.train.run_dir import RunDirError
 from ligerkit.train.setup import set_up_model
-from ligerkit.train.step import StepModule, as_float, device_batch, dropout_seed, total_norm
+from ligerkit.train.staging import StagedData
+from ligerkit.train.step import StepModule, as_float, dropout_seed, total_norm
 from ligerkit.train.update import clip_to, update
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, TrainingStopped, graceful_signals
 
@@ -125,7 +125,7 @@ class Trainer:
         self._frozen = fingerprint_when_needed(model, now=self.env.distributed)  # before sharding under torchrun
         if main and (t.lora is not None or t.activation_checkpointing):
             log.info("training: %s", training_line(model, t))
-        data = self.data(model)
+        data = StagedData(self.data(model), device, t.drop_right_padding_mask, t.steps)
         flops = flops_per_token(model, self.config.data.seq_len)
         if t.compile in COMPILED:
             self.compile_model(model)
@@ -196,16 +196,18 @@ class Trainer:
                                   f"with `ligerkit train --resume {self.run}`", code)
 
     def _timed_step(self, step: int, model: StepModule, optimizer: torch.optim.Optimizer,
-                    data: Callable[[int], list[Batch]], device: torch.device, flops: float,
+                    data: StagedData, device: torch.device, flops: float,
                     peak: float | None) -> StepMetrics:
         lr = self.lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batches = data(step)  # data generation is not timed
+        # the first step's data is made untimed; every later step's was made and queued inside the
+        # step before, while the host waited for the GPU (``staging.py``)
+        batches = data.host(step)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         begin = time.perf_counter()
-        loss, norm, tokens = self.train_step(model, optimizer, batches, device, step)
+        loss, norm, tokens = self.train_step(model, optimizer, batches, device, step, data)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - begin
@@ -257,11 +259,18 @@ class Trainer:
         return compile_layers(model, self.engine.fsdp_units(model))
 
     def train_step(self, model: StepModule, optimizer: torch.optim.Optimizer, batches: list[Batch],
-                   device: torch.device, step: int = 0) -> tuple[float, float, int]:
+                   device: torch.device, step: int = 0, data: StagedData | None = None) -> tuple[float, float, int]:
         """One optimizer step; returns (loss, grad norm, valid tokens). A non-finite loss or gradient
-        norm raises :class:`NonFiniteError` with the weights not updated (``ligerkit.train.update``)."""
-        # counted on the host from the batches before they move (one sync per step only across ranks)
-        tokens = float(sum(valid_tokens(b["labels"]) for b in batches))
+        norm raises :class:`NonFiniteError` with the weights not updated (``ligerkit.train.update``).
+
+        With ``data`` (the run's :class:`StagedData`, from which ``batches`` came), the batches staged
+        for this step are used, and the next step's are staged before the step's one read.
+        """
+        if data is None:
+            data = StagedData(lambda _: batches, device, self.config.train.drop_right_padding_mask, step + 1)
+        moved = data.take(step, batches)
+        # counted on the host from the batches before they moved (one sync per step only across ranks)
+        tokens = float(moved.tokens)
         if self.env.distributed:
             tokens = D.all_reduce_sum(torch.tensor(tokens, device=device), self.env).item()
         count = max(tokens, 1.0)  # an all-ignored step contributes zero loss, never NaN
@@ -269,14 +278,15 @@ class Trainer:
         scale = self.env.world_size / count
         loss_sum = torch.zeros((), device=device)
         firsts = self._first_samples(step)
-        for first, batch in zip(firsts if len(firsts) == len(batches) else range(len(batches)), batches, strict=True):
+        for first, batch in zip(firsts if len(firsts) == len(batches) else range(len(batches)), moved.on_device,
+                                strict=True):
             torch.manual_seed(dropout_seed(self.config.seed, first))  # dropout follows the data, not the rank
-            part = model(device_batch(batch, device, self.config.train.drop_right_padding_mask), scale)
+            part = model(batch, scale)
             part.backward()
             loss_sum += part.detach()
         total = D.all_reduce_sum(loss_sum, self.env)
         loss, norm = update(model, optimizer, total, total_norm(model), max_norm=self.config.train.grad_clip,
-                            world_size=self.env.world_size, step=step)
+                            world_size=self.env.world_size, step=step, while_waiting=lambda: data.stage(step + 1))
         return loss, norm, int(tokens)
 
     def clip(self, model: torch.nn.Module) -> float:

@@ -15,6 +15,7 @@ same to the bit.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -64,9 +65,12 @@ def clip_to(model: nn.Module, max_norm: float | None, norm: torch.Tensor | None)
 
 def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss_sum: torch.Tensor,
            norm: torch.Tensor | None, *, max_norm: float | None, world_size: int = 1,
-           step: int = 0) -> tuple[float, float]:
+           step: int = 0, while_waiting: Callable[[], None] | None = None) -> tuple[float, float]:
     """Clip to ``max_norm`` by ``norm`` (the total gradient norm), update, clear the gradients; return the
     step's loss (``loss_sum`` over ``world_size``) and norm as Python floats, read from the device once.
+
+    ``while_waiting`` is called just before the read, with everything the host can queue queued (the
+    trainer stages the next step's batches there); it must not raise or wait for the device.
 
     Raises :class:`NonFiniteError` (the gradients cleared, the weights and the optimizer's states not
     updated) when the loss or the norm is not finite; ``step`` (0-based) names the step in its message.
@@ -80,9 +84,13 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss_sum: torch.T
         finally:
             del optimizer.found_inf  # type: ignore[attr-defined]
         optimizer.zero_grad(set_to_none=True)
+        if while_waiting is not None:
+            while_waiting()
         loss, norm_value = on_host(loss_sum, full)  # after the update is queued
         _check_finite(loss / world_size, norm_value, step, max_norm)
         return loss / world_size, norm_value
+    if while_waiting is not None:
+        while_waiting()
     loss, norm_value = on_host(loss_sum, full)
     try:
         _check_finite(loss / world_size, norm_value, step, max_norm)
