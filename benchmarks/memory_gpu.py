@@ -1,6 +1,7 @@
 """GPU: where a recipe's peak memory goes, phase by phase, for one arm (one process per arm).
 
-Builds the recipe's model through the trainer (kit.apply, build, scan), runs one optimizer step so
+Builds the recipe's model through the trainer (kit.apply, build, scan; compiled per layer as the trainer
+compiles it when ``train.compile`` asks for it), runs one optimizer step so
 the AdamW states exist, then measures the first micro-batch of the second step: weights, optimizer states,
 the gradients held from earlier micro-batches (only when the step has several: with one, they appear
 during the backward, inside the peak), activations saved by the forward (allocated after forward
@@ -17,6 +18,7 @@ import json
 import torch
 
 from ligerkit.train import Trainer, load_engine, set_up_model
+from ligerkit.train.config.compile_mode import COMPILED
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
@@ -33,6 +35,8 @@ def main() -> None:
     try:
         trainer = Trainer(engine)
         model = set_up_model(engine, device)
+        if engine.config.train.compile in COMPILED:  # compiling changes what the forward keeps
+            trainer.compile_model(model)
         weights = torch.cuda.memory_allocated() / GIB
         module = StepModule(engine, model, engine.loss, engine.config.train.autocast_bf16)
         optimizer = trainer.optimizer(module)
