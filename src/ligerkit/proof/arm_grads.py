@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ligerkit.probe.tolerance import relative_error
 from ligerkit.proof.grads import gradients
 from ligerkit.train.adapters import perturb_zero_adapters
 from ligerkit.train.compile import compile_layers, reset_compiled
+from ligerkit.train.glu_recompute import recomputed_glu_products
 from ligerkit.train.loading import load_engine
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.recipe import RecipeEngine
@@ -132,11 +134,14 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
 def recipe_loss(engine: RecipeEngine, device: torch.device, start: int = 0,
                 size: int | None = None) -> Callable[[torch.nn.Module], torch.Tensor]:
     """``loss(model)``: the engine's own configured loss on its samples ``start .. start + size`` (default
-    ``train.micro_batch_size``), on ``device``, normalized by their valid tokens."""
+    ``train.micro_batch_size``), on ``device``, normalized by their valid tokens; with
+    ``train.recompute_glu_product`` (and Liger on) its gated-activation products are recomputed, as in training."""
     size = engine.config.train.micro_batch_size if size is None else size
+    lean = engine.config.train.recompute_glu_product and engine.liger_enabled
 
     def loss(model: torch.nn.Module) -> torch.Tensor:
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = device_batch(engine.make_batch(start, size, vocab), device, engine.config.train.drop_right_padding_mask)
-        return engine.loss(engine, model, batch, 1.0 / max(valid_tokens(batch["labels"]), 1))
+        with recomputed_glu_products() if lean and torch.is_grad_enabled() else nullcontext():
+            return engine.loss(engine, model, batch, 1.0 / max(valid_tokens(batch["labels"]), 1))
     return loss

@@ -148,7 +148,8 @@ class Recommendation:
 
 
 def training_lines(train: TrainConfig) -> tuple[str, ...]:
-    """The config lines that set how a config trains beyond its arm (LoRA, activation checkpointing):
+    """The config lines that set how a config trains beyond its arm (LoRA, activation checkpointing, the
+    gated-activation recompute):
     every bench arm ran with them, so the recommendation holds only with them kept."""
     lines = []
     if train.lora is not None:
@@ -159,6 +160,8 @@ def training_lines(train: TrainConfig) -> tuple[str, ...]:
                      f"target_modules: {targets}}}")
     if train.activation_checkpointing:
         lines.append("train.activation_checkpointing: true")
+    if train.recompute_glu_product:
+        lines.append("train.recompute_glu_product: true")
     return tuple(lines)
 
 

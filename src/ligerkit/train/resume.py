@@ -55,6 +55,8 @@ SAFE_TO_CHANGE: dict[str, str] = {
     "train.runs_dir": "where new run folders go (a resumed run stays in its folder)",
     "train.activation_checkpointing": "whether layers are recomputed in backward: the same loss and gradients, "
                                       "less memory (a run out of memory resumes with it on)",
+    "train.recompute_glu_product": "whether Liger's gated-activation products are recomputed in backward: the same "
+                                   "loss and gradients bit for bit, less memory",
 }
 """Keys a resume may change, with why they do not change what training computes."""
 

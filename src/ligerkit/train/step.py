@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
+from ligerkit.train.glu_recompute import check_first_forward, recomputed_glu_products
 from ligerkit.loss import LossPath
 from ligerkit.naming import IGNORE_INDEX
 
@@ -18,20 +19,34 @@ class StepModule(nn.Module):
     """The model plus the run's loss, so the output head's parameters are gathered for the fused loss
     exactly as for the model's own forward."""
 
-    def __init__(self, engine: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False):
+    def __init__(self, engine: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False,
+                 recompute_glu_product: bool = False):
         super().__init__()
         self.engine = engine  # plain attributes: neither is an nn.Module
         self.loss = loss
         self.autocast_bf16 = autocast_bf16
         self.inner = model
+        self.recompute_glu_product = recompute_glu_product
+        self._glu_checked = False
 
     def forward(self, batch: Batch, scale: float = 1.0) -> torch.Tensor:
         """The sum of this micro-batch's token losses times ``scale``.
 
         The trainer passes ``scale = world size / valid tokens of the optimizer step``, so the fused
         path can divide inside its kernel, before the logits' gradient is rounded, as the standard
-        path's float32 cross entropy does.
+        path's float32 cross entropy does. With ``recompute_glu_product`` Liger's gated-activation
+        products are recomputed in backward (``glu_recompute.py``); the first forward that keeps none raises.
         """
+        if not (self.recompute_glu_product and torch.is_grad_enabled()):
+            return self._loss(batch, scale)
+        with recomputed_glu_products() as hooks:
+            out = self._loss(batch, scale)
+        if not self._glu_checked:
+            check_first_forward(hooks)
+            self._glu_checked = True
+        return out
+
+    def _loss(self, batch: Batch, scale: float) -> torch.Tensor:
         if self.autocast_bf16:
             with torch.autocast(device_type=batch["input_ids"].device.type, dtype=torch.bfloat16):
                 return self.loss(self.engine, self.inner, batch, scale)

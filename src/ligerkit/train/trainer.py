@@ -129,7 +129,8 @@ class Trainer:
         flops = flops_per_token(model, self.config.data.seq_len)
         if t.compile in COMPILED:
             self.compile_model(model)
-        step_module = StepModule(self.engine, model, self.engine.loss, t.autocast_bf16)
+        step_module = StepModule(self.engine, model, self.engine.loss, t.autocast_bf16,
+                                 t.recompute_glu_product and self.engine.liger_enabled)
         if self.env.distributed:
             D.shard(step_module, self.engine.fsdp_units(model))
         optimizer = self.optimizer(step_module)

@@ -167,6 +167,9 @@ class TrainConfig(Strict):
         "its activations (non-reentrant; composes with FSDP2, train.compile and the fused loss): less memory, "
         "about one more forward of compute"
     )
+    recompute_glu_product: bool = Field(False, description="keep the inputs of Liger's SwiGLU/GeGLU, not their "
+        "product, and run its elementwise kernel again in backward: the same gradients bit for bit, one MLP activation "
+        "less per layer (ligerkit.train.glu_recompute; with Liger on: train.compile off, no activation checkpointing)")
     log_every: Int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
                            "(output that is not a terminal: pipes, nohup, CI)")
     fused_adamw: bool = Field(
@@ -252,6 +255,17 @@ class RecipeConfig(Strict):
                     "train.loss.path: fused computes the loss itself; keep cross_entropy and "
                     "fused_linear_cross_entropy excluded and off in model.liger_kernel.modules (no double patching)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _glu_recompute_sees_the_products(self) -> RecipeConfig:
+        t = self.train  # with Liger off there is no product to recompute: the key then changes nothing
+        blocked = {f"train.compile is {t.compile}": t.compile != "off",
+                   "train.activation_checkpointing is on": t.activation_checkpointing}
+        why = [k for k, v in blocked.items() if v]
+        if t.recompute_glu_product and self.model.liger_kernel.enabled and why:
+            raise ValueError(f"train.recompute_glu_product sees Liger's SwiGLU/GeGLU only uncompiled and outside "
+                             f"checkpointed layers, but {' and '.join(why)}; set it to false or change those keys")
         return self
 
     @model_validator(mode="after")
