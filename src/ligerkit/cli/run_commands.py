@@ -104,7 +104,9 @@ def _train_config(config: str | None, resume: str | None) -> str:
     if config is None:
         if resume is None:
             raise InvalidOptionError("give a config (or a recipe folder) to train, or --resume RUN_DIR")
-        return str(Path(resume) / "config.yaml")
+        from ligerkit.train.run_files import CONFIG_FILE
+
+        return str(Path(resume) / CONFIG_FILE)
     return str(config_of(config, gpu=accelerator() is not None))
 
 

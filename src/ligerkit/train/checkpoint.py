@@ -34,6 +34,7 @@ from ligerkit.train import manifest
 from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.rng import file_name, read_rng, set_rng_state, write_rng
+from ligerkit.train.run_files import CONFIG_FILE
 
 FOLDER = "checkpoints"
 FORMAT = 2  # 1: before manifests (no "format" key)
@@ -245,7 +246,7 @@ def load(checkpoint: Path, model: nn.Module, optimizer: torch.optim.Optimizer, e
 def weights_source(path: Path, env: DistEnv) -> Path:
     """The checkpoint ``--init-from PATH`` names: a run folder (its newest intact checkpoint) or one
     ``checkpoints/step_N`` folder (checked like a resume's); :class:`CheckpointError` otherwise."""
-    if (path / FOLDER).is_dir() or (path / "config.yaml").is_file():
+    if (path / FOLDER).is_dir() or (path / CONFIG_FILE).is_file():
         return usable(path, env)
     if step_of(path) is None or not path.is_dir():
         raise CheckpointError(f"--init-from {path}: give a run folder or one of its checkpoints/step_N folders")

@@ -35,10 +35,11 @@ from ligerkit.train.checkpoint_errors import CheckpointError
 from ligerkit.errors import LigerKitError, ResumeConfigError
 from ligerkit.train import distributed as D
 from ligerkit.train.run_dir import WRITTEN_AT_START, RunDirError, open_run_dir
+from ligerkit.train.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
 
 log = logging.getLogger("ligerkit.train")
 
-RECORD = "run.json"
+RECORD = RUN_RECORD
 LOCK_FILE = ".lock"
 FORMAT = 2
 """Run folder format: 1 = ``config.yaml`` only (before run.json existed), 2 = ``run.json`` as well."""
@@ -73,7 +74,7 @@ def recorded(run: Path) -> dict[str, Any]:
     file = run / RECORD
     if not file.is_file():
         try:
-            data = yaml.safe_load((run / "config.yaml").read_text())
+            data = yaml.safe_load((run / CONFIG_FILE).read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise RunDirError(f"{run / 'config.yaml'} cannot be read ({exc}); restore it from a copy, or start a "
                               "new run") from None
@@ -200,7 +201,7 @@ def discard_unstarted(run: Path) -> bool:
     config; ``True`` when removed. A folder with any other file, or a metrics row, is left as it is."""
     try:
         names = {p.name for p in run.iterdir()}
-        if names - START_FILES or ("metrics.jsonl" in names and (run / "metrics.jsonl").stat().st_size):
+        if names - START_FILES or (METRICS_FILE in names and (run / METRICS_FILE).stat().st_size):
             return False
         for name in sorted(names - {LOCK_FILE}) + [LOCK_FILE]:  # the lock last
             (run / name).unlink(missing_ok=True)

@@ -25,8 +25,9 @@ import yaml
 from ligerkit.environment import installed_version
 from ligerkit.errors import RunDirError
 from ligerkit.train.checkpoint import complete
+from ligerkit.train.run_files import CONFIG_FILE, METRICS_FILE
 
-MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
+MARKERS = (CONFIG_FILE, METRICS_FILE, "checkpoints")
 
 
 def holds_run(path: Path) -> bool:
@@ -51,7 +52,7 @@ def open_run_dir(output_dir: str | None, runs_dir: str, name: str, resume: str |
     """The folder this run writes to (rank 0 decides; see :func:`ligerkit.train.distributed.agree`)."""
     if resume is not None:
         path = Path(resume)
-        if not (path / "config.yaml").is_file():
+        if not (path / CONFIG_FILE).is_file():
             raise RunDirError(f"--resume {resume!r} is not a run folder (no config.yaml); give the folder a run wrote")
         return path
     if output_dir is None:
@@ -92,7 +93,7 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
-WRITTEN_AT_START: tuple[str, ...] = ("config.yaml", "environment.json", "liger.json", "metrics.jsonl")
+WRITTEN_AT_START: tuple[str, ...] = (CONFIG_FILE, "environment.json", "liger.json", METRICS_FILE)
 """The files :func:`write_start` writes (``metrics.jsonl`` empty)."""
 
 
@@ -112,7 +113,7 @@ def keep_metrics_through(path: Path, done: int) -> int:
     written when they counted from 0 (it has a row of step 0) is renumbered here, so it resumes as one curve.
     A torn last line (a write cut short: no newline) is dropped with a warning, as the resumed run writes its
     step again; any other line that is not a row is a :class:`RunDirError`."""
-    file = path / "metrics.jsonl"
+    file = path / METRICS_FILE
     if not file.is_file():
         return 0
     whole, _, torn = file.read_bytes().rpartition(b"\n")
@@ -140,7 +141,7 @@ def keep_metrics_through(path: Path, done: int) -> int:
 
 def metrics_rows(path: Path, through: int) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` of steps 1 to ``through`` (what a resumed run trained earlier)."""
-    file = path / "metrics.jsonl"
+    file = path / METRICS_FILE
     rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
     return [r for r in rows if isinstance(r, dict) and type(r.get("step")) is int and r["step"] <= through]
 
@@ -157,7 +158,7 @@ def plot_losses(path: Path) -> Path | None:
 
 
 def _plot(path: Path) -> Path | None:
-    file = path / "metrics.jsonl"
+    file = path / METRICS_FILE
     rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
     points = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
     if not points:

@@ -35,6 +35,7 @@ from ligerkit.train.staging import StagedData
 from ligerkit.train.step import StepModule, as_float, dropout_seed, total_norm
 from ligerkit.train.update import clip_to, update
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, TrainingStopped, graceful_signals
+from ligerkit.train.run_files import METRICS_FILE
 
 log = logging.getLogger("ligerkit.train")
 
@@ -140,7 +141,7 @@ class Trainer:
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
-        metrics_log = MetricsLog(self.run / "metrics.jsonl" if main else None, t.steps, t.progress and main,
+        metrics_log = MetricsLog(self.run / METRICS_FILE if main else None, t.steps, t.progress and main,
                                  self.config.name, t.log_every, done=start)
         result = TrainResult(report=report, scan=self.engine.scan, run_dir=self.run, first_step=start,
                              resume_seconds=self.resume_seconds)

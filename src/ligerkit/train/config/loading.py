@@ -26,6 +26,7 @@ from ligerkit.train.config.compile_mode import same_value
 from ligerkit.train.config.schema import RecipeConfig
 from ligerkit.train.paths import check_path
 from ligerkit.train.config.yaml_bounds import YamlBoundError, load_bounded
+from ligerkit.train.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
 
 
 def config_errors(source: str, problems: Sequence[str]) -> ConfigError:
@@ -261,11 +262,11 @@ def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None)
 
 def in_run_folder(path: Path) -> bool:
     """Whether ``path`` is a run folder's ``config.yaml``."""
-    return path.name == "config.yaml" and is_run_folder(path.parent)
+    return path.name == CONFIG_FILE and is_run_folder(path.parent)
 
 
 def is_run_folder(folder: Path) -> bool:
     """Whether ``folder`` is a training run's folder: it holds ``run.json``, or (folders written before
     ``run.json`` existed) ``config.yaml`` beside ``metrics.jsonl``."""
-    return (folder / "run.json").is_file() or ((folder / "config.yaml").is_file()
-                                                and (folder / "metrics.jsonl").is_file())
+    return (folder / RUN_RECORD).is_file() or ((folder / CONFIG_FILE).is_file()
+                                               and (folder / METRICS_FILE).is_file())

@@ -1,0 +1,14 @@
+"""The names of the files a run folder holds: one place for the trainer, resume and the config loader.
+
+A leaf module (it imports nothing), so ``ligerkit.train.config.loading``, which the run-folder code
+itself imports, can tell a run folder from a config file by the same names.
+"""
+
+from __future__ import annotations
+
+CONFIG_FILE = "config.yaml"
+"""The resolved config, written at the start (format 1 folders have only this)."""
+RUN_RECORD = "run.json"
+"""The folder's format and the resolved config, as ``resume`` compares it (format 2)."""
+METRICS_FILE = "metrics.jsonl"
+"""One JSON row per logged step."""
