@@ -51,9 +51,9 @@ def test_liger_swiglu_product_recomputed_changes_no_gradient_and_is_not_kept(lor
             del loss
     finally:
         engine.liger_kit.revert()
-    (loss, grads, kept), (lean_loss, lean_grads, lean_kept), (_, again, _) = runs
+    (loss, grads, kept), (lean_loss, lean_grads, lean_kept), (loss_again, again, _) = runs
     assert grads.keys() == lean_grads.keys() and grads
-    assert torch.equal(loss, lean_loss)
+    assert (lean_loss - loss).abs() <= (loss_again - loss).abs()
     for name, grad in grads.items():
         spread = (again[name].float() - grad.float()).abs().max()
         assert (lean_grads[name].float() - grad.float()).abs().max() <= spread, name

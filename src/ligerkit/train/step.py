@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train.glu_recompute import check_first_forward, recomputed_glu_products
 from ligerkit.loss import LossPath
 from ligerkit.naming import IGNORE_INDEX
+from ligerkit.train.glu_recompute import check_first_forward, recomputed_glu_products
 
 Batch = dict[str, torch.Tensor]
 
