@@ -151,7 +151,7 @@ def test_the_config_refuses_it_where_it_cannot_see_the_products():
     assert "train.recompute_glu_product" in SAFE_TO_CHANGE  # same bits: a resume may turn it on or off
 
 
-def test_a_step_with_it_on_trains_the_same_and_checks_its_first_forward(stand_in):
+def test_a_step_with_it_on_trains_the_same_and_checks_its_first_forward(stand_in, caplog):
     from ligerkit.train.step import StepModule
 
     class Loss:
@@ -163,7 +163,9 @@ def test_a_step_with_it_on_trains_the_same_and_checks_its_first_forward(stand_in
     batch = {"x": torch.randn(2, 3, 16)}
     plain, lean = StepModule(None, model, Loss()), StepModule(None, model, Loss(), recompute_glu_product=True)
     expected = plain(batch, 0.5)
-    assert torch.equal(lean(batch, 0.5), expected)
+    with caplog.at_level("INFO", logger="ligerkit.train"):
+        assert torch.equal(lean(batch, 0.5), expected)
+    assert "train.recompute_glu_product: 2 saved uses" in caplog.text  # the down projection and the adapter
     with pytest.raises(LigerKitError, match="kept no product"):
         StepModule(None, nn.Sequential(nn.Linear(16, 16)), lambda e, m, b, s: m(b["x"]).sum(),
                    recompute_glu_product=True)(batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from ligerkit.naming import IGNORE_INDEX
 from ligerkit.train.glu_recompute import check_first_forward, recomputed_glu_products
 
 Batch = dict[str, torch.Tensor]
+log = logging.getLogger("ligerkit.train")
 
 
 class StepModule(nn.Module):
@@ -43,6 +45,8 @@ class StepModule(nn.Module):
             out = self._loss(batch, scale)
         if not self._glu_checked:
             check_first_forward(hooks)
+            log.info("train.recompute_glu_product: %d saved uses of Liger's gated-activation products a "
+                     "micro-batch are recomputed in backward instead of kept", hooks.notes)
             self._glu_checked = True
         return out
 
