@@ -39,7 +39,7 @@ def main() -> None:
             trainer.compile_model(model)
         weights = torch.cuda.memory_allocated() / GIB
         module = StepModule(engine, model, engine.loss, engine.config.train.autocast_bf16,
-                            engine.config.train.recompute_glu_product and engine.liger_enabled)
+                            engine.recomputes_glu_products)
         optimizer = trainer.optimizer(module)
         vocab = model.get_output_embeddings().weight.shape[0]
         trainer.train_step(module, optimizer, trainer.micro_batches(0, vocab), device)

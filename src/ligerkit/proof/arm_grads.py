@@ -137,7 +137,7 @@ def recipe_loss(engine: RecipeEngine, device: torch.device, start: int = 0,
     ``train.micro_batch_size``), on ``device``, normalized by their valid tokens; with
     ``train.recompute_glu_product`` (and Liger on) its gated-activation products are recomputed, as in training."""
     size = engine.config.train.micro_batch_size if size is None else size
-    lean = engine.config.train.recompute_glu_product and engine.liger_enabled
+    lean = engine.recomputes_glu_products
 
     def loss(model: torch.nn.Module) -> torch.Tensor:
         vocab = model.get_output_embeddings().weight.shape[0]

@@ -70,6 +70,11 @@ class RecipeEngine:
         return self.config.model.liger_kernel.enabled
 
     @property
+    def recomputes_glu_products(self) -> bool:
+        """``train.recompute_glu_product`` with Liger on (with Liger off there is no product to recompute)."""
+        return self.config.train.recompute_glu_product and self.liger_enabled
+
+    @property
     def unwrapped_model(self) -> nn.Module | None:
         """The model the set-up built (``set_up_model``; never sharded or compiled wrappers)."""
         return self.model

@@ -141,9 +141,12 @@ def keep_metrics_through(path: Path, done: int) -> int:
 
 def metrics_rows(path: Path, through: int) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` of steps 1 to ``through`` (what a resumed run trained earlier)."""
+    return [r for r in _all_rows(path) if isinstance(r, dict) and type(r.get("step")) is int and r["step"] <= through]
+
+
+def _all_rows(path: Path) -> list[Any]:
     file = path / METRICS_FILE
-    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
-    return [r for r in rows if isinstance(r, dict) and type(r.get("step")) is int and r["step"] <= through]
+    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
 
 
 def plot_losses(path: Path) -> Path | None:
@@ -158,9 +161,7 @@ def plot_losses(path: Path) -> Path | None:
 
 
 def _plot(path: Path) -> Path | None:
-    file = path / METRICS_FILE
-    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
-    points = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
+    points = [(r["step"], r["loss"]) for r in _all_rows(path) if r.get("loss") is not None]
     if not points:
         return None
     import matplotlib
