@@ -24,13 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
 
 
+def _silu_mul(a: torch.Tensor, b: torch.Tensor, as_view: bool) -> torch.Tensor:
+    """The product as Liger's kernels give it (a view of the 2-D buffer they wrote), or as a plain tensor."""
+    if not as_view:
+        return nn.functional.silu(a) * b
+    buffer = (nn.functional.silu(a) * b).reshape(-1, a.shape[-1]).contiguous()
+    return buffer.view(a.shape)
+
+
 class SiLUMul(torch.autograd.Function):
     """silu(a) * b, keeping a and b (as Liger's SwiGLU does)."""
+
+    as_view = True
 
     @staticmethod
     def forward(ctx, a, b):  # noqa: ANN001, ANN205
         ctx.save_for_backward(a, b)
-        return nn.functional.silu(a) * b
+        return _silu_mul(a, b, SiLUMul.as_view)
 
     @staticmethod
     def backward(ctx, dc):  # noqa: ANN001, ANN205
@@ -41,12 +51,15 @@ class SiLUMul(torch.autograd.Function):
 
 def _recompute(node) -> torch.Tensor:  # noqa: ANN001
     a, b = node.saved_tensors
-    return nn.functional.silu(a) * b
+    return _silu_mul(a, b, SiLUMul.as_view)
 
 
-@pytest.fixture
-def stand_in(monkeypatch):
+@pytest.fixture(params=[True, False], ids=["liger_view", "plain"])
+def stand_in(monkeypatch, request):
+    """The stand-in registered as Liger's functions are; its product a view of its buffer as Liger's
+    are (the form the H200 showed), or a plain tensor."""
     monkeypatch.setitem(G.RECOMPUTABLE, "SiLUMulBackward", _recompute)
+    monkeypatch.setattr(SiLUMul, "as_view", request.param)
 
 
 class MLP(nn.Module):
@@ -60,7 +73,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c = SiLUMul.apply(self.gate(x), self.up(x))
-        self.products.append(weakref.ref(c))
+        self.products.append(weakref.ref(c._base if c._base is not None else c))  # the buffer itself
         return x + self.down(c) + self.adapter(c)
 
 

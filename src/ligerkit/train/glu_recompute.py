@@ -53,14 +53,42 @@ RECOMPUTABLE: dict[str, Callable[[Any], torch.Tensor]] = {
 """Backward-node class name -> the function's forward run again from its saved inputs (no autograd)."""
 
 
+VIEW_NODES = frozenset({
+    "ViewBackward0", "ReshapeAliasBackward0", "AsStridedBackward0", "AliasBackward0", "TBackward0",
+    "TransposeBackward0", "PermuteBackward0", "SliceBackward0", "SelectBackward0", "ExpandBackward0",
+    "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "UnsqueezeBackward0", "UnflattenBackward0",
+})
+"""Backward nodes of view operations: their output shares its input's storage, so a saved tensor reached
+from a product through them only is a window on the product's storage."""
+
+
+def _producer(tensor: torch.Tensor) -> Any:
+    """The recomputable node whose product ``tensor`` is, or is a view of (through :data:`VIEW_NODES` only);
+    else ``None``. Followed in the graph, not through ``tensor._base``: Liger's functions return a view
+    of the buffer their kernel wrote, so a product's ``_base`` is that buffer, which has no ``grad_fn``."""
+    node = tensor.grad_fn
+    while node is not None:
+        name = type(node).__name__
+        if name in RECOMPUTABLE:
+            return node
+        if name not in VIEW_NODES or tensor._base is None:
+            return None
+        edges = [edge for edge in node.next_functions if edge[0] is not None]
+        if len(edges) != 1 or edges[0][1] != 0:
+            return None
+        node = edges[0][0]
+    return None
+
+
 @dataclass
 class _Note:
-    """What the saved-tensor hook keeps in place of a product (or a view of it): how to make it again."""
+    """What the saved-tensor hook keeps in place of a product (or a view of it): how to make it again,
+    and where in the product's storage the saved tensor lies."""
 
     node: Any
     recompute: Callable[[Any], torch.Tensor]
-    base: tuple[torch.Size, tuple[int, ...], torch.dtype]
-    view: tuple[torch.Size, tuple[int, ...], int]
+    storage: tuple[int, torch.dtype]  # the product's storage: bytes, element type
+    view: tuple[torch.Size, tuple[int, ...], int]  # the saved tensor: shape, stride, offset in that storage
     original: weakref.ref[torch.Tensor]
     version: int
 
@@ -75,18 +103,18 @@ class GluRecompute:
     def pack(self, tensor: torch.Tensor) -> Any:
         """A saved tensor as autograd will keep it: a note for a recomputable product or a view of one
         (a linear layer saves its input flattened to two dimensions), else the tensor itself."""
-        base = tensor._base if tensor._base is not None else tensor
-        node = base.grad_fn
-        recompute = RECOMPUTABLE.get(type(node).__name__) if node is not None else None
-        if recompute is None or getattr(node, "dtensor_metadata", None) is not None:
+        node = _producer(tensor)
+        if node is None or getattr(node, "dtensor_metadata", None) is not None:
             return tensor
         self.notes += 1
-        return _Note(node, recompute, (base.shape, base.stride(), base.dtype),
-                     (tensor.shape, tensor.stride(), tensor.storage_offset() - base.storage_offset()),
-                     weakref.ref(base), base._version)
+        root = tensor._base if tensor._base is not None else tensor
+        return _Note(node, RECOMPUTABLE[type(node).__name__], (tensor.untyped_storage().nbytes(), tensor.dtype),
+                     (tensor.shape, tensor.stride(), tensor.storage_offset()), weakref.ref(root), tensor._version)
 
     def unpack(self, saved: Any) -> torch.Tensor:
-        """The saved tensor back: a note's product made again (once per product while it is in use)."""
+        """The saved tensor back: a note's product made again (once per product while it is in use), and
+        the saved tensor's window on it. The product's kernel writes a fresh buffer laid out as in the
+        forward; one of another size or type is refused."""
         if not isinstance(saved, _Note):
             return saved
         original = saved.original()  # the product itself, while something else still holds it
@@ -96,16 +124,19 @@ class GluRecompute:
                 "saved, so its gradient would be wrong; set train.recompute_glu_product: false to see "
                 "autograd's own error, and remove the in-place operation")
         made = self._made.get(id(saved.node))
-        product = made() if made is not None else None
-        if product is None:
+        buffer = made() if made is not None else None
+        if buffer is None:
             with torch.no_grad():
                 product = saved.recompute(saved.node)
-            if (product.shape, product.stride(), product.dtype) != saved.base:
-                raise RuntimeError(f"recomputing {type(saved.node).__name__}'s product gave {tuple(product.shape)} "
-                                   f"{product.dtype}, not the {tuple(saved.base[0])} {saved.base[2]} of the forward")
-            self._made[id(saved.node)] = weakref.ref(product)
+            buffer = product._base if product._base is not None else product
+            if (buffer.untyped_storage().nbytes(), buffer.dtype) != saved.storage:
+                raise RuntimeError(
+                    f"recomputing {type(saved.node).__name__}'s product gave a {buffer.untyped_storage().nbytes()}"
+                    f"-byte {buffer.dtype} buffer, not the {saved.storage[0]}-byte {saved.storage[1]} of the "
+                    "forward; set train.recompute_glu_product: false")
+            self._made[id(saved.node)] = weakref.ref(buffer)
         shape, stride, offset = saved.view
-        return product.as_strided(shape, stride, product.storage_offset() + offset)
+        return buffer.as_strided(shape, stride, offset)
 
 
 @contextmanager
