@@ -7,6 +7,12 @@ the gradients held from earlier micro-batches (only when the step has several: w
 during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
 
+With ``--saved``, the measured forward also records each tensor autograd saves for the backward, once
+per storage, grouped by the operation that made it (followed back through views) with its width:
+``saved_by_producer`` says which tensors the kept bytes are. A recorded forward keeps what it keeps
+without ``--saved`` (the hook returns each tensor as it is); it cannot see inside
+``train.recompute_glu_product``'s own hooks, so the two are not combined.
+
     python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
 """
 
@@ -14,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import defaultdict
+from contextlib import nullcontext
 
 import torch
 
@@ -22,6 +30,49 @@ from ligerkit.train.config.compile_mode import COMPILED
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
+VIEWS = ("View", "ReshapeAlias", "AsStrided", "Alias", "TBackward", "Transpose", "Permute", "Slice", "Select",
+         "Expand", "Squeeze", "Unsqueeze", "Unflatten")
+
+
+def _producer(tensor: torch.Tensor) -> str:
+    """The name of the operation that made ``tensor``'s storage, followed back through views."""
+    node = tensor.grad_fn
+    while node is not None and type(node).__name__.startswith(VIEWS):
+        edges = [edge for edge in node.next_functions if edge[0] is not None]
+        if len(edges) != 1:
+            break
+        node = edges[0][0]
+    return type(node).__name__ if node is not None else "no grad_fn (made under no_grad or in a function)"
+
+
+class SavedRecorder:
+    """Saved-tensor hooks that record each saved storage once, by producer and last dimension."""
+
+    def __init__(self, skip: set[int]):
+        self.skip = skip  # the parameters' storages
+        self.seen: dict[int, tuple[str, int]] = {}
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Record ``tensor``'s storage (not a parameter's) and keep the tensor as it is."""
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self.skip and key not in self.seen:
+            width = tensor.shape[-1] if tensor.dim() else 1
+            self.seen[key] = (f"{_producer(tensor)} {tensor.dtype} width {width}", storage.nbytes())
+        return tensor
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        """The hooks, as a context manager around the forward."""
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+    def table(self) -> dict[str, dict[str, float]]:
+        """Producer -> GiB and count, largest first."""
+        groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        for label, nbytes in self.seen.values():
+            groups[label][0] += nbytes / GIB
+            groups[label][1] += 1
+        return {k: {"gib": round(v[0], 4), "tensors": int(v[1])}
+                for k, v in sorted(groups.items(), key=lambda kv: -kv[1][0])}
 
 
 def main() -> None:
@@ -29,8 +80,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--saved", action="store_true", help="also break the saved tensors down by producer")
     args = parser.parse_args()
     engine = load_engine(args.config, args.overrides)
+    if args.saved and engine.recomputes_glu_products:
+        parser.error("--saved cannot see inside train.recompute_glu_product's hooks; leave one of them off")
     device = torch.device("cuda")
     try:
         trainer = Trainer(engine)
@@ -55,8 +109,10 @@ def main() -> None:
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         grads = before / GIB - weights - states
+        recorder = SavedRecorder({p.untyped_storage().data_ptr() for p in module.parameters()}) if args.saved else None
         torch.cuda.reset_peak_memory_stats()
-        loss = module(batch)
+        with recorder.hooks() if recorder is not None else nullcontext():
+            loss = module(batch)
         torch.cuda.synchronize()
         saved = (torch.cuda.memory_allocated() - before) / GIB
         forward_peak = (torch.cuda.max_memory_allocated() - before) / GIB
@@ -67,7 +123,8 @@ def main() -> None:
         engine.liger_kit.revert()
     print(json.dumps({"config": args.config, "overrides": args.overrides, "weights_gib": weights,
                       "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
-                      "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak}))
+                      "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
+                      **({"saved_by_producer": recorder.table()} if recorder is not None else {})}))
 
 
 if __name__ == "__main__":
