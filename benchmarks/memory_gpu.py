@@ -66,12 +66,12 @@ class SavedRecorder:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
     def table(self) -> dict[str, dict[str, float]]:
-        """Producer -> GiB and count, largest first."""
-        groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        """Producer -> bytes, GiB and storages, largest first."""
+        groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for label, nbytes in self.seen.values():
-            groups[label][0] += nbytes / GIB
+            groups[label][0] += nbytes
             groups[label][1] += 1
-        return {k: {"gib": round(v[0], 4), "tensors": int(v[1])}
+        return {k: {"bytes": v[0], "gib": round(v[0] / GIB, 4), "tensors": v[1]}
                 for k, v in sorted(groups.items(), key=lambda kv: -kv[1][0])}
 
 
