@@ -127,6 +127,14 @@ def test_an_arm_the_config_cannot_take_is_named_before_any_process_starts(tmp_pa
         B.check_arm_configs(GPU_CONFIG, ["eager", "liger_compile"], ["train.liger_compile_ops=false"], steps=3)
 
 
+def test_an_arm_a_set_key_refuses_names_the_arms_that_can_run():
+    with pytest.raises(ConfigError) as info:
+        B.check_arm_configs(GPU_CONFIG, ["eager", "liger_fused", "liger_compile_fused"],
+                            ["train.recompute_glu_product=true"], steps=3)
+    assert "bench arm liger_compile_fused" in str(info.value)
+    assert str(info.value).endswith("--arms eager,liger_fused")
+
+
 # --- the gradient rule -------------------------------------------------------------------------------------
 
 @dataclass

@@ -98,7 +98,9 @@ def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str
         try:
             load_recipe_config(config, arm_overrides(arm, overrides, steps))
         except ConfigError as exc:
-            raise ConfigError(f"bench arm {arm} ({', '.join(ARMS[arm])}): {exc}") from None
+            rest = [a for a in arms if a != arm]
+            hint = f"\nor bench the other arms without it: --arms {','.join(rest)}" if rest else ""
+            raise ConfigError(f"bench arm {arm} ({', '.join(ARMS[arm])}): {exc}{hint}") from None
 
 
 def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
