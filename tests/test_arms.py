@@ -133,6 +133,9 @@ def test_an_arm_a_set_key_refuses_names_the_arms_that_can_run():
                             ["train.recompute_glu_product=true"], steps=3)
     assert "bench arm liger_compile_fused" in str(info.value)
     assert str(info.value).endswith("--arms eager,liger_fused")
+    with pytest.raises(ConfigError) as info:  # a key no arm can take: no arms to offer
+        B.check_arm_configs(GPU_CONFIG, ["eager", "liger_fused"], ["train.lr=-1"], steps=3)
+    assert "bench arm eager" in str(info.value) and "--arms" not in str(info.value)
 
 
 # --- the gradient rule -------------------------------------------------------------------------------------

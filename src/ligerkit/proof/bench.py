@@ -93,14 +93,19 @@ def arm_overrides(arm: str, overrides: Sequence[str], steps: int) -> list[str]:
 
 
 def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str], steps: int) -> None:
-    """Load every arm's config (a :class:`ConfigError` names the arm's bad key before any process starts)."""
+    """Load every arm's config (a :class:`ConfigError` names the first arm's bad key before any process
+    starts, and the ``--arms`` whose configs load, if some do)."""
+    errors: dict[str, ConfigError] = {}
     for arm in arms:
         try:
             load_recipe_config(config, arm_overrides(arm, overrides, steps))
         except ConfigError as exc:
-            rest = [a for a in arms if a != arm]
-            hint = f"\nor bench the other arms without it: --arms {','.join(rest)}" if rest else ""
-            raise ConfigError(f"bench arm {arm} ({', '.join(ARMS[arm])}): {exc}{hint}") from None
+            errors[arm] = exc
+    if errors:
+        arm, exc = next(iter(errors.items()))
+        loads = [a for a in arms if a not in errors]
+        hint = f"\nor bench the arms that can run as set: --arms {','.join(loads)}" if loads else ""
+        raise ConfigError(f"bench arm {arm} ({', '.join(ARMS[arm])}): {exc}{hint}")
 
 
 def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
