@@ -27,7 +27,7 @@ import torch
 
 from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.config.compile_mode import COMPILED
-from ligerkit.train.glu_recompute import VIEW_NODES
+from ligerkit.train.glu_recompute import view_source
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
@@ -35,12 +35,7 @@ GIB = 2**30
 
 def _producer(tensor: torch.Tensor) -> str:
     """The name of the operation that made ``tensor``'s storage, followed back through views."""
-    node = tensor.grad_fn
-    while node is not None and type(node).__name__ in VIEW_NODES:
-        edges = [edge for edge in node.next_functions if edge[0] is not None]
-        if len(edges) != 1:
-            break
-        node = edges[0][0]
+    node, _ = view_source(tensor)
     return type(node).__name__ if node is not None else "no grad_fn (made under no_grad or in a function)"
 
 

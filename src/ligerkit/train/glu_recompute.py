@@ -62,22 +62,29 @@ VIEW_NODES = frozenset({
 from a product through them only is a window on the product's storage."""
 
 
+def view_source(tensor: torch.Tensor) -> tuple[Any, int]:
+    """The backward node of the operation that made ``tensor``'s storage, followed back through
+    :data:`VIEW_NODES` (each with one input), and which of its outputs leads to ``tensor``; ``(None, 0)``
+    for a tensor without ``grad_fn``. A view node with several inputs is returned as it is."""
+    node, output = tensor.grad_fn, tensor.output_nr
+    while node is not None and type(node).__name__ in VIEW_NODES:
+        edges = [edge for edge in node.next_functions if edge[0] is not None]
+        if len(edges) != 1:
+            break
+        node, output = edges[0]
+    return node, output
+
+
 def _producer(tensor: torch.Tensor) -> Any:
     """The recomputable node whose product ``tensor`` is, or is a view of (through :data:`VIEW_NODES` only);
     else ``None``. Followed in the graph, not through ``tensor._base``: Liger's functions return a view
     of the buffer their kernel wrote, so a product's ``_base`` is that buffer, which has no ``grad_fn``."""
-    node = tensor.grad_fn
-    while node is not None:
-        name = type(node).__name__
-        if name in RECOMPUTABLE:
-            return node
-        if name not in VIEW_NODES or tensor._base is None:
-            return None
-        edges = [edge for edge in node.next_functions if edge[0] is not None]
-        if len(edges) != 1 or edges[0][1] != 0:
-            return None
-        node = edges[0][0]
-    return None
+    node, output = view_source(tensor)
+    if node is None or type(node).__name__ not in RECOMPUTABLE or output != 0:
+        return None
+    if node is not tensor.grad_fn and tensor._base is None:  # reached through views, so must be one
+        return None
+    return node
 
 
 @dataclass
