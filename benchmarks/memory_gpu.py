@@ -11,7 +11,7 @@ With ``--saved``, the measured forward also records each tensor autograd saves f
 per storage, grouped by the operation that made it (followed back through views) with its width:
 ``saved_by_producer`` says which tensors the kept bytes are. A recorded forward keeps what it keeps
 without ``--saved`` (the hook returns each tensor as it is); it cannot see inside
-``train.recompute_glu_product``'s own hooks, so the two are not combined.
+``train.recompute_glu_product``'s and ``train.recompute_norm_output``'s own hooks, so they are not combined.
 
     python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
 """
@@ -27,7 +27,7 @@ import torch
 
 from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.config.compile_mode import COMPILED
-from ligerkit.train.glu_recompute import view_source
+from ligerkit.train.saved_recompute import view_source
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
@@ -77,8 +77,9 @@ def main() -> None:
     parser.add_argument("--saved", action="store_true", help="also break the saved tensors down by producer")
     args = parser.parse_args()
     engine = load_engine(args.config, args.overrides)
-    if args.saved and engine.recomputes_glu_products:
-        parser.error("--saved cannot see inside train.recompute_glu_product's hooks; leave one of them off")
+    if args.saved and engine.recompute_table:
+        parser.error("--saved cannot see inside the recompute keys' hooks (train.recompute_glu_product, "
+                     "train.recompute_norm_output); leave them off")
     device = torch.device("cuda")
     try:
         trainer = Trainer(engine)
@@ -87,7 +88,7 @@ def main() -> None:
             trainer.compile_model(model)
         weights = torch.cuda.memory_allocated() / GIB
         module = StepModule(engine, model, engine.loss, engine.config.train.autocast_bf16,
-                            engine.recomputes_glu_products)
+                            engine.recomputes_glu_products, engine.recomputes_norm_outputs)
         optimizer = trainer.optimizer(module)
         vocab = model.get_output_embeddings().weight.shape[0]
         trainer.train_step(module, optimizer, trainer.micro_batches(0, vocab), device)

@@ -49,7 +49,7 @@ class SiLUMul(torch.autograd.Function):
         return dc * b * s * (1 + a * (1 - s)), dc * a * s
 
 
-def _recompute(node) -> torch.Tensor:  # noqa: ANN001
+def _recompute(node, shape) -> torch.Tensor:  # noqa: ANN001
     a, b = node.saved_tensors
     return _silu_mul(a, b, SiLUMul.as_view)
 
@@ -58,7 +58,7 @@ def _recompute(node) -> torch.Tensor:  # noqa: ANN001
 def stand_in(monkeypatch, request):
     """The stand-in registered as Liger's functions are; its product a view of its buffer as Liger's
     are (the form the H200 showed), or a plain tensor."""
-    monkeypatch.setitem(G.RECOMPUTABLE, "SiLUMulBackward", _recompute)
+    monkeypatch.setitem(G.RECOMPUTABLE, "SiLUMulBackward", G.Recomputable(_recompute, G.KEY))
     monkeypatch.setattr(SiLUMul, "as_view", request.param)
 
 
@@ -178,7 +178,7 @@ def test_a_step_with_it_on_trains_the_same_and_checks_its_first_forward(stand_in
     expected = plain(batch, 0.5)
     with caplog.at_level("INFO", logger="ligerkit.train"):
         assert torch.equal(lean(batch, 0.5), expected)
-    assert "train.recompute_glu_product: 2 saved uses" in caplog.text  # the down projection and the adapter
+    assert "checked bit for bit: 2 SiLUMul saved uses" in caplog.text  # the down projection and the adapter
     with pytest.raises(LigerKitError, match="kept no product"):
         StepModule(None, nn.Sequential(nn.Linear(16, 16)), lambda e, m, b, s: m(b["x"]).sum(),
                    recompute_glu_product=True)(batch)

@@ -25,10 +25,10 @@ from ligerkit.probe.tolerance import relative_error
 from ligerkit.proof.grads import gradients
 from ligerkit.train.adapters import perturb_zero_adapters
 from ligerkit.train.compile import compile_layers, reset_compiled
-from ligerkit.train.glu_recompute import recomputed_glu_products
 from ligerkit.train.loading import load_engine
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.saved_recompute import recomputed
 from ligerkit.train.setup import set_up_model
 from ligerkit.train.step import device_batch
 
@@ -135,13 +135,14 @@ def recipe_loss(engine: RecipeEngine, device: torch.device, start: int = 0,
                 size: int | None = None) -> Callable[[torch.nn.Module], torch.Tensor]:
     """``loss(model)``: the engine's own configured loss on its samples ``start .. start + size`` (default
     ``train.micro_batch_size``), on ``device``, normalized by their valid tokens; with
-    ``train.recompute_glu_product`` (and Liger on) its gated-activation products are recomputed, as in training."""
+    ``train.recompute_glu_product`` or ``train.recompute_norm_output`` (and Liger on) those outputs are
+    recomputed, as in training, each checked bit for bit against the forward's."""
     size = engine.config.train.micro_batch_size if size is None else size
-    lean = engine.recomputes_glu_products
+    table = engine.recompute_table
 
     def loss(model: torch.nn.Module) -> torch.Tensor:
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = device_batch(engine.make_batch(start, size, vocab), device, engine.config.train.drop_right_padding_mask)
-        with recomputed_glu_products() if lean and torch.is_grad_enabled() else nullcontext():
+        with recomputed(table, verify=True) if table and torch.is_grad_enabled() else nullcontext():
             return engine.loss(engine, model, batch, 1.0 / max(valid_tokens(batch["labels"]), 1))
     return loss

@@ -149,7 +149,7 @@ class Recommendation:
 
 def training_lines(train: TrainConfig) -> tuple[str, ...]:
     """The config lines that set how a config trains beyond its arm (LoRA, activation checkpointing, the
-    gated-activation recompute):
+    gated-activation and norm-output recomputes):
     every bench arm ran with them, so the recommendation holds only with them kept."""
     lines = []
     if train.lora is not None:
@@ -162,6 +162,8 @@ def training_lines(train: TrainConfig) -> tuple[str, ...]:
         lines.append("train.activation_checkpointing: true")
     if train.recompute_glu_product:
         lines.append("train.recompute_glu_product: true")
+    if train.recompute_norm_output:
+        lines.append("train.recompute_norm_output: true")
     return tuple(lines)
 
 

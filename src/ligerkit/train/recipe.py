@@ -75,6 +75,18 @@ class RecipeEngine:
         return self.config.train.recompute_glu_product and self.liger_enabled
 
     @property
+    def recomputes_norm_outputs(self) -> bool:
+        """``train.recompute_norm_output`` with Liger on (with Liger off there is no output to recompute)."""
+        return self.config.train.recompute_norm_output and self.liger_enabled
+
+    @property
+    def recompute_table(self) -> dict[str, Any]:
+        """The outputs this engine's training recomputes in backward (``norm_recompute.recompute_table``)."""
+        from ligerkit.train.norm_recompute import recompute_table
+
+        return recompute_table(self.recomputes_glu_products, self.recomputes_norm_outputs)
+
+    @property
     def unwrapped_model(self) -> nn.Module | None:
         """The model the set-up built (``set_up_model``; never sharded or compiled wrappers)."""
         return self.model

@@ -58,6 +58,8 @@ SAFE_TO_CHANGE: dict[str, str] = {
                                       "less memory (a run out of memory resumes with it on)",
     "train.recompute_glu_product": "whether Liger's gated-activation products are recomputed in backward: the same "
                                    "loss and gradients bit for bit, less memory",
+    "train.recompute_norm_output": "whether Liger's RMSNorm outputs are recomputed in backward: the same loss and "
+                                   "gradients bit for bit (checked on the first forward), less memory",
 }
 """Keys a resume may change, with why they do not change what training computes."""
 

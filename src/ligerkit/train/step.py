@@ -11,7 +11,8 @@ from torch import nn
 from ligerkit.errors import LigerKitError
 from ligerkit.loss import LossPath
 from ligerkit.naming import IGNORE_INDEX
-from ligerkit.train.glu_recompute import check_first_forward, recomputed_glu_products
+from ligerkit.train import glu_recompute, norm_recompute
+from ligerkit.train.saved_recompute import recomputed
 
 Batch = dict[str, torch.Tensor]
 log = logging.getLogger("ligerkit.train")
@@ -22,14 +23,16 @@ class StepModule(nn.Module):
     exactly as for the model's own forward."""
 
     def __init__(self, engine: Any, model: nn.Module, loss: LossPath, autocast_bf16: bool = False,
-                 recompute_glu_product: bool = False):
+                 recompute_glu_product: bool = False, recompute_norm_output: bool = False):
         super().__init__()
         self.engine = engine  # plain attributes: neither is an nn.Module
         self.loss = loss
         self.autocast_bf16 = autocast_bf16
         self.inner = model
         self.recompute_glu_product = recompute_glu_product
-        self._glu_checked = False
+        self.recompute_norm_output = recompute_norm_output
+        self.recompute_table = norm_recompute.recompute_table(recompute_glu_product, recompute_norm_output)
+        self._recompute_checked = False
 
     def forward(self, batch: Batch, scale: float = 1.0) -> torch.Tensor:
         """The sum of this micro-batch's token losses times ``scale``.
@@ -37,17 +40,24 @@ class StepModule(nn.Module):
         The trainer passes ``scale = world size / valid tokens of the optimizer step``, so the fused
         path can divide inside its kernel, before the logits' gradient is rounded, as the standard
         path's float32 cross entropy does. With ``recompute_glu_product`` Liger's gated-activation
-        products are recomputed in backward (``glu_recompute.py``); the first forward that keeps none raises.
+        products, with ``recompute_norm_output`` its RMSNorm outputs (and the rotary over them), are
+        recomputed in backward (``saved_recompute.py``). The first forward checks every recomputed tensor
+        against the forward's bit for bit, and raises when a key found nothing to recompute.
         """
-        if not (self.recompute_glu_product and torch.is_grad_enabled()):
+        if not (self.recompute_table and torch.is_grad_enabled()):
             return self._loss(batch, scale)
-        with recomputed_glu_products() as hooks:
+        first = not self._recompute_checked
+        with recomputed(self.recompute_table, verify=first) as hooks:
             out = self._loss(batch, scale)
-        if not self._glu_checked:
-            check_first_forward(hooks)
-            log.info("train.recompute_glu_product: %d saved uses of Liger's gated-activation products a "
-                     "micro-batch are recomputed in backward instead of kept", hooks.notes)
-            self._glu_checked = True
+        if first:
+            if self.recompute_glu_product:
+                glu_recompute.check_first_forward(hooks)
+            if self.recompute_norm_output:
+                norm_recompute.check_first_forward(hooks)
+            log.info("recomputed in backward instead of kept, checked bit for bit: %s saved uses a micro-batch",
+                     ", ".join(f"{n} {name.removesuffix('FunctionBackward').removesuffix('Backward')}"
+                               for name, n in sorted(hooks.by_node.items())))
+            self._recompute_checked = True
         return out
 
     def _loss(self, batch: Batch, scale: float) -> torch.Tensor:

@@ -131,7 +131,7 @@ class Trainer:
         if t.compile in COMPILED:
             self.compile_model(model)
         step_module = StepModule(self.engine, model, self.engine.loss, t.autocast_bf16,
-                                 self.engine.recomputes_glu_products)
+                                 self.engine.recomputes_glu_products, self.engine.recomputes_norm_outputs)
         if self.env.distributed:
             D.shard(step_module, self.engine.fsdp_units(model))
         optimizer = self.optimizer(step_module)

@@ -155,21 +155,20 @@ class TrainConfig(Strict):
         "functions, measured on an H200 to change training: the opt-in). true/false, train.liger_compile_ops and "
         "train.compile_over_liger_kernels, the earlier keys, are read into it (ligerkit.train.config.compile_mode)"
     )
-    autocast_bf16: bool = Field(
-        False, description="run forward and loss under bfloat16 autocast; with model.dtype=float32 this is "
-        "mixed precision (float32 master weights and optimizer states)"
-    )
+    autocast_bf16: bool = Field(False, description="run forward and loss under bfloat16 autocast; with model.dtype="
+                                "float32 this is mixed precision (float32 master weights and optimizer states)")
     loss: LossConfig = LossConfig()
     lora: LoraConfig | None = Field(None, description="train LoRA adapters instead of every weight (needs peft: "
                                     "the lora extra); null trains every weight")
-    activation_checkpointing: bool = Field(
-        False, description="recompute each decoder layer (the recipe's FSDP units) in backward instead of keeping "
-        "its activations (non-reentrant; composes with FSDP2, train.compile and the fused loss): less memory, "
-        "about one more forward of compute"
-    )
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer (the recipe's FSDP units) "
+        "in backward instead of keeping its activations (non-reentrant; composes with FSDP2, train.compile and the "
+        "fused loss): less memory, about one more forward of compute")
     recompute_glu_product: bool = Field(False, description="keep the inputs of Liger's SwiGLU/GeGLU, not their "
         "product, and run its elementwise kernel again in backward: the same gradients bit for bit, one MLP activation "
         "less per layer (ligerkit.train.glu_recompute; with Liger on: train.compile off, no activation checkpointing)")
+    recompute_norm_output: bool = Field(False, description="make Liger's RMSNorm outputs (and its rotary over q and "
+        "k norms) again in backward instead of keeping them: the same gradients bit for bit, checked on the first "
+        "forward (ligerkit.train.norm_recompute; with Liger on: train.compile off, no activation checkpointing)")
     log_every: Int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
                            "(output that is not a terminal: pipes, nohup, CI)")
     fused_adamw: bool = Field(
@@ -258,14 +257,15 @@ class RecipeConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _glu_recompute_sees_the_products(self) -> RecipeConfig:
-        t = self.train  # with Liger off there is no product to recompute: the key then changes nothing
-        blocked = {f"train.compile is {t.compile}": t.compile != "off",
-                   "train.activation_checkpointing is on": t.activation_checkpointing}
-        why = [k for k, v in blocked.items() if v]
-        if t.recompute_glu_product and self.model.liger_kernel.enabled and why:
-            raise ValueError(f"train.recompute_glu_product sees Liger's SwiGLU/GeGLU only uncompiled and outside "
-                             f"checkpointed layers, but {' and '.join(why)}; set it to false or change those keys")
+    def _recomputes_see_liger_s_outputs(self) -> RecipeConfig:
+        t = self.train  # with Liger off there is nothing to recompute: the keys then change nothing
+        why = [k for k, v in {f"train.compile is {t.compile}": t.compile != "off",
+                              "train.activation_checkpointing is on": t.activation_checkpointing}.items() if v]
+        for key, on, what in (("train.recompute_glu_product", t.recompute_glu_product, "SwiGLU/GeGLU"),
+                              ("train.recompute_norm_output", t.recompute_norm_output, "RMSNorm")):
+            if on and self.model.liger_kernel.enabled and why:
+                raise ValueError(f"{key} sees Liger's {what} only uncompiled and outside checkpointed layers, but "
+                                 f"{' and '.join(why)}; set it to false or change those keys")
         return self
 
     @model_validator(mode="after")
