@@ -24,15 +24,20 @@ SHAPE = ["model.config={hidden_size: 512, intermediate_size: 2048, num_hidden_la
          "train.global_batch_size=2", "model.dtype=bfloat16"]
 
 
-def _kept_and_recomputed(lora: bool, kept: tuple[bool, bool], lean: tuple[bool, bool]):  # noqa: ANN202
+RECIPES = ["qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama"]
+
+
+def _kept_and_recomputed(lora: bool, kept: tuple[bool, bool], lean: tuple[bool, bool], config: Path = QWEN3_CPU,
+                         sets: list[str] | None = None):  # noqa: ANN202
     """Three runs of one micro-batch, with the step module's (glu, norm) keys ``kept``, ``lean``, ``kept``:
-    each run's loss, gradients and bytes the forward left allocated, and the model's config and tokens."""
+    each run's loss, gradients and bytes the forward left allocated, and the model's config and tokens.
+    ``sets`` replaces the qwen3 shape and fused loss the first tests train with."""
     from ligerkit.train import Trainer, load_engine, set_up_model
     from ligerkit.train.step import StepModule, device_batch
 
-    sets = [*SHAPE, "model.liger_kernel.enabled=true", "train.loss.path=fused", "train.progress=false",
-            *(["train.lora={rank: 8, alpha: 16}"] if lora else [])]
-    engine = load_engine(QWEN3_CPU, sets)
+    sets = [*(sets if sets is not None else [*SHAPE, "train.loss.path=fused"]), "model.liger_kernel.enabled=true",
+            "train.progress=false", *(["train.lora={rank: 8, alpha: 16}"] if lora else [])]
+    engine = load_engine(config, sets)
     device = torch.device("cuda")
     try:
         model = set_up_model(engine, device)
@@ -80,3 +85,12 @@ def test_liger_norm_outputs_and_rotary_recomputed_change_no_gradient_and_are_not
     per_token = 2 * config.hidden_size + (config.num_attention_heads + config.num_key_value_heads) * config.head_dim
     expected = config.num_hidden_layers * tokens * per_token * 2  # bf16
     assert saved >= 0.9 * expected, (saved, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_s_norm_outputs_recompute_changes_no_gradient(recipe):
+    # each recipe's tiny model with Liger's kernels: its first forward finds norm outputs to recompute
+    # (or raises) and checks each bit for bit; the gradients are those of keeping them
+    _kept_and_recomputed(False, kept=(False, False), lean=(False, True),
+                         config=ROOT / "recipes" / recipe / "configs" / "cpu.yaml", sets=["model.dtype=bfloat16"])
