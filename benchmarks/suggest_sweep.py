@@ -1,7 +1,7 @@
 """Recorded sweep of ``ligerkit suggest MODULE --json [--gpu]`` over every transformers family.
 
 Not a CI test: a run over every ``transformers.models.X.modeling_Y`` module (found with pkgutil), one
-subprocess per module (``python -m ligerkit suggest MODULE --json``, plus ``--gpu`` with ``--gpu``),
+subprocess per module (``python -m ligerkit suggest MODULE --json`` with ``--gpu``, else ``--no-gpu``),
 each with its own timeout. Every module adds ONE JSON line to the output file (written with flush +
 fsync, so a killed run loses at most the modules in flight): the module, its family, the exit code,
 the seconds it took, the parsed JSON (or the stderr tail when it failed or printed no JSON), and the
@@ -260,7 +260,7 @@ class Options:
 def command(target: Target, options: Options) -> list[str]:
     """The suggest command line for one module."""
     return [options.python, "-m", "ligerkit", "suggest", target.module, "--json",
-            *(["--gpu"] if options.gpu else [])]
+            "--gpu" if options.gpu else "--no-gpu"]
 
 
 def run_module(target: Target, options: Options, hard_stop: float | None, tops: list[str]) -> Record | None:
@@ -572,6 +572,10 @@ class Summary:
     gradients: Counter[str] = field(default_factory=Counter)
     coverage: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (module, verdict, coverage)
     audits: list[Audit] = field(default_factory=list)
+    # the call-site proof: matches by the verdict of their replay on the whole model's calls, and every
+    # (module, symbol, replacement, sites, argument) whose probe matched but whose calls differ
+    call_site_verdicts: Counter[str] = field(default_factory=Counter)
+    call_site_differences: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     generations: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
 
@@ -600,6 +604,13 @@ def summarize(records: Iterable[Record], path: str = "", in_place: frozenset[str
                 summary.map_families_bare.add(str(record.get("family")))
         for candidate in data.get("candidates") or []:
             summary.generations["new" if "in_place" in candidate else "old"] += 1
+            if candidate.get("verdict") == "match":
+                calls = candidate.get("call_sites")
+                summary.call_site_verdicts[calls.get("verdict", "?") if isinstance(calls, dict) else "not recorded"] += 1
+            for name, calls in (candidate.get("differs_at_call_sites") or {}).items():
+                first = (calls.get("differences") or [{}])[0]
+                summary.call_site_differences.append((record["module"], str(candidate.get("symbol")), name,
+                                                      ", ".join(first.get("sites") or []), str(first.get("argument"))))
         if record.get("gpu"):
             verdict = gradient_verdict(record)
             summary.gradients[verdict] += 1
@@ -663,6 +674,15 @@ def render(summary: Summary, markdown: bool = False) -> str:
                 (m, v, c.get("model"), f"{c.get('compared')} / {c.get('total')}",
                  f"{c.get('share', 0) or 0:.3f}", _short(", ".join(map(str, c.get("not_compared") or [])), 80))
                 for m, v, c in partial], markdown)
+    lines += ["", f"{head}call sites: printed matches by their replay on the whole model's calls", ""]
+    lines += _table(("call-site verdict", "matches"), _rows_counts(summary.call_site_verdicts), markdown)
+    lines += ["", f"{head}matches of the probe that differ at a recorded call site (left off, or another "
+              f"replacement taken): {len(summary.call_site_differences)} in "
+              f"{len({d[0] for d in summary.call_site_differences})} modules", ""]
+    if summary.call_site_differences:
+        lines += _table(("module", "symbol", "replacement", "first call site that differs", "argument"), [
+            (m.rsplit(".", 1)[1], sym, rep, _short(sites, 70), _short(arg, 60))
+            for m, sym, rep, sites, arg in sorted(summary.call_site_differences)], markdown)
     lines += ["", f"{head}in-place audit: matched swaps whose replacement writes in place", ""]
     by_category = Counter(a.category for a in summary.audits)
     def row(label: str, audits: list[Audit]) -> tuple[Any, ...]:

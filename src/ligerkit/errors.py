@@ -173,6 +173,12 @@ class ProbeMismatchError(LigerKitError):
     """A custom patch's replacement does not compute what the source symbol computes."""
 
 
+class ReplacementMismatchError(ProbeMismatchError):
+    """A custom patch's replacement computes what the source computes on the probe's inputs, but not on
+    a call the model itself makes (another layout, an argument it passes, an attribute of the instance):
+    the message names the call site and what differs."""
+
+
 class InPlaceBackwardError(LigerKitError):
     """A replacement writes in place into a tensor another consumer in the model shares.
 

@@ -88,10 +88,12 @@ def suggest(
                                                "pkg.module:Class) or a JSON file of config values.")] = None,
     set_: Annotated[list[str] | None, set_option("Config override (a key the config has)",
                                                   "--set mlp_bias=true --set hidden_act=silu")] = None,
-    gpu: Annotated[bool, typer.Option("--gpu", help="Check in-place writes in the module's whole model built on "
-                                                    "a CUDA GPU, then prove the printed map there: per-parameter "
-                                                    "gradients of the whole model, Liger on vs off, against "
-                                                    "float32 (exit 1 FAIL, 4 PARTIAL, 3 no GPU).")] = False,
+    gpu: Annotated[bool | None, typer.Option("--gpu/--no-gpu", help="Prove the printed map on a CUDA GPU: in-place "
+                                                    "writes and every call checked in the whole model built there, "
+                                                    "then per-parameter gradients of the whole model, Liger on vs "
+                                                    "off, against float32 (exit 1 FAIL, 4 PARTIAL; --gpu without a "
+                                                    "GPU: exit 3). Default: on where a CUDA GPU is; --no-gpu skips "
+                                                    "it.", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Probe every norm / MLP / rotary symbol of a modeling module and print the custom_patches map of the
@@ -99,18 +101,23 @@ def suggest(
 
     Each candidate is compared, forward and backward in float32 and bfloat16, against the pure-PyTorch
     reference of every compatible Liger replacement; anything that does not match exactly is left off.
-    A replacement that writes in place (Liger's default RMSNorm, its rotary) is checked in the module's
-    whole model (its causal LM or conditional-generation class, from a consistently shrunk config):
-    where another consumer shares what it writes, the out-of-place twin is printed, or the symbol is
-    left off. Where the whole model cannot be built or run here the write is unproven: a norm takes its
-    out-of-place twin, a rotary is left off (a complete --config, or --gpu, can prove it).
+    A match is then replayed on the calls the model itself makes: the module's whole model (its causal
+    LM or conditional-generation class, from a consistently shrunk config) runs once, every call of
+    every candidate is recorded (call site, arguments, the instance called), and each distinct call is
+    compared again; a replacement that differs at any call site is left off, naming the call site and
+    the argument (e.g. a rotary called with unsqueeze_dim=2), and a symbol the forward never calls is
+    left off too. A replacement that writes in place (Liger's default RMSNorm, its rotary) is checked in
+    the same whole model: where another consumer shares what it writes, the out-of-place twin is
+    printed, or the symbol is left off. Where the whole model cannot be built or run here, its calls
+    and in-place writes are unproven: a norm takes its out-of-place twin, a rotary is left off (a
+    complete --config, or a GPU, can prove it).
 
-    With --gpu, the map is then applied on a GPU and every parameter's gradient of the whole model is
-    compared against an unpatched bfloat16 and a float32 run. The verdict names the model and how many
-    of its trainable parameter tensors it compared: PASS (all, within bounds, exit 0), FAIL (a tensor
-    over its bound, exit 1), PARTIAL (some got no gradient, exit 4); without a CUDA GPU the CPU map is
-    printed, then exit 3. After a
-    FAIL each key of the map is proven alone, and the keys that fail alone are named to leave off.
+    Where a CUDA GPU is (or with --gpu), the map is then applied there and every parameter's gradient
+    of the whole model is compared against an unpatched bfloat16 and a float32 run. The verdict names
+    the model and how many of its trainable parameter tensors it compared: PASS (all, within bounds,
+    exit 0), FAIL (a tensor over its bound, exit 1), PARTIAL (some got no gradient, exit 4); --gpu
+    without a CUDA GPU prints the CPU map, then exits 3; --no-gpu skips the proof. After a FAIL each
+    key of the map is proven alone, and the keys that fail alone are named to leave off.
 
     suggest executes the module: importing a dotted name, or loading a .py file, runs its top-level
     code as `python FILE` would, with your permissions. Point it only at code you trust. A .py file is
@@ -132,11 +139,12 @@ def suggest(
         for item in set_ or []:
             path, value = parse_override(item)
             overrides[".".join(path)] = value
-        no_gpu = _no_gpu() if gpu else None  # without one: the CPU map its help promises, then exit 3
-        gpu_run = gpu and no_gpu is None
+        no_gpu = _no_gpu() if gpu or gpu is None else None
+        gpu_run = gpu is not False and no_gpu is None  # by default wherever a CUDA GPU is
+        no_gpu = no_gpu if gpu else None  # --gpu without one: the CPU map its help promises, then exit 3
         result = run_suggest(module, config, overrides, device="cuda" if gpu_run else "cpu")
         grads, unseen = None, None
-        if gpu_run:
+        if gpu_run and (gpu or result.matched):  # by default, a module with no map has nothing to prove
             try:
                 grads = _suggest_gradients(result)
             except Unrunnable as exc:  # nothing compared: no verdict but PARTIAL

@@ -4,7 +4,9 @@ Liger chooses each family's replacements; the kit does not refuse them. It measu
 same, with the math the custom route uses: the source symbol and the replacement's pure-PyTorch
 reference, forward and backward, in float32 and in bfloat16 (``ligerkit.probe``). A replacement the
 catalog names is probed with its entry; one of Liger's own ``LigerRMSNorm`` subclasses (Gemma's,
-Olmo2's, a helper's local class) with the reference its casting mode and offset select. Anything
+Olmo2's, a helper's local class) with the reference its casting mode and offset select; a swap whose
+probe matches is then compared on every call the family's whole model makes of the source
+(``ligerkit.probe.call_sites``), so a call with another layout shows as a difference too. Anything
 else a helper installs (fused-MoE experts, its loss forwards, other rotaries) has no reference here
 and is reported as *unproven*, as is an in-place write whose whole-model check could not run.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +25,9 @@ from ligerkit.probe import reference as R
 from ligerkit.probe import runnable
 from ligerkit.probe.catalog import Replacement, lookup
 from ligerkit.probe.probe import MATCH, MISMATCH, kept_probe
+from ligerkit.probe.call_sites import DIFFERS, call_sites
+from ligerkit.probe.call_sites import MATCH as CALLS_MATCH
+from ligerkit.probe.symbols import discover
 
 
 @dataclass(frozen=True)
@@ -79,13 +85,27 @@ def _verdict(before: object, after: object) -> tuple[str, str]:
     else:
         result = kept_probe(before, entry, runnable.module_config(module, None), module)
         if result.verdict == MATCH:
-            found = ("probed", "same math as the source (forward and backward, float32 and bfloat16)")
+            found = _on_the_calls(before, entry, module)
         elif result.verdict == MISMATCH:
             found = ("differs", f"differs from the source: {'; '.join(result.reasons)}")
         else:
             found = ("unproven", f"not probed ({result.reasons[0] if result.reasons else 'no reason given'})")
     _CACHE[key] = found
     return found
+
+
+def _on_the_calls(before: object, entry: Replacement, module: types.ModuleType) -> tuple[str, str]:
+    """The verdict of a swap whose probe matched, on every call the module's whole model makes of it
+    (the family's own config; the module's other candidate symbols recorded in the same run)."""
+    together = [obj for _, obj, _ in discover(module)]
+    calls = call_sites(before, entry, module, None, together=together)
+    if calls.verdict == CALLS_MATCH:
+        return "probed", (f"same math as the source (forward and backward, float32 and bfloat16) on every call the "
+                          f"whole model makes ({calls.summary().removeprefix('match on ')})")
+    if calls.verdict == DIFFERS:
+        return "differs", f"differs from the source on the calls the whole model makes: {calls.reason}"
+    return "unproven", (f"same math as the source on the probe's inputs; its calls in the whole model were not "
+                        f"compared ({calls.summary()})")
 
 
 def probe_official(name: str, changes: list[Change], in_place: dict[int, Any]) -> OfficialFindings:

@@ -1,7 +1,9 @@
 """Checks of a route's swaps against the model they are for, before the model is built.
 
 The custom route's patches are probed first (``probe_patches``: in the catalog, the same math as the
-source). Then two ways a swap (Liger's helper's or a custom map's) can still be wrong for the model:
+source on the probe's inputs, then on every call the module's whole model makes:
+``ligerkit.probe.call_sites``; a difference at any call site is refused, naming it). Then two ways
+a swap (Liger's helper's or a custom map's) can still be wrong for the model:
 
 - **It cannot reach every use.** A table filled at import (``NORM2FN = {"layer_norm":
   nn.LayerNorm}``) or a module-level alias keeps the original, so the model would be built from a
@@ -25,6 +27,7 @@ from ligerkit.errors import (
     InPlaceBackwardError,
     LigerKitError,
     ProbeMismatchError,
+    ReplacementMismatchError,
     UncataloguedReplacementError,
     UnreachableSwapError,
 )
@@ -34,6 +37,7 @@ from ligerkit.probe.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResu
 from ligerkit.probe import runnable
 from ligerkit.probe.catalog import CATALOG, lookup, twin
 from ligerkit.probe.probe import MISMATCH, UNPROBED, best_alternative, kept_probe
+from ligerkit.probe.call_sites import DIFFERS, MATCH, call_sites
 
 
 def _holds(value: object, original: object) -> bool:
@@ -151,6 +155,23 @@ def _skipped(item: Any, enabled: bool, skip: Collection[str]) -> bool:
     return not enabled or item.name in skip or item.patch.attr in skip or where in skip
 
 
+def _on_the_calls(item: Any, entry: Any, config: Any, together: list[object]) -> str:
+    """A matched patch on every call its module's whole model makes: the words added to its probe line,
+    or ``"unproven: ..."`` (the calls were not seen or not all compared). Raises
+    :class:`ReplacementMismatchError` where the replacement differs at a call site."""
+    where = f"{item.patch.module}.{item.patch.attr}"
+    calls = call_sites(item.original, entry, item.module, config, together=together)
+    if calls.verdict == DIFFERS:
+        raise ReplacementMismatchError(
+            f"custom_patches[{item.name!r}]: {where} -> {entry.name}: on the calls the whole model makes, "
+            f"{calls.reason}. The loss can look right while training computes something else: leave this patch "
+            f"off. If you proved it on your model yourself, take responsibility with skip_probe=[{item.name!r}] "
+            "(the report then lists it as unprobed).")
+    if calls.verdict == MATCH:
+        return f" on every call the whole model makes ({calls.summary().removeprefix('match on ')})"
+    return f"unproven: its calls in the whole model were not compared ({calls.summary()})"
+
+
 def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collection[str],
                   in_place_proven: Collection[str] = ()) -> tuple[list[str], list[str], list[str]]:
     """Probe every resolved custom patch against the catalog before anything is swapped, then check its
@@ -159,9 +180,11 @@ def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collect
     Returns ``(probed, unprobed, unproven)`` lines for the report. Raises
     :class:`UncataloguedReplacementError` for a replacement the catalog does not know (unless the
     caller turned its probe off), :class:`ProbeMismatchError` for one whose math differs from the
-    source's, and :class:`InPlaceBackwardError` for one that writes in place where the model shares
-    that tensor, or whose write could not be checked in the whole model (unless its key, attr or
-    ``module.attr`` is in ``in_place_proven``: the caller proved it; the report lists it as unproven).
+    source's, :class:`ReplacementMismatchError` for one that differs on a call the module's whole model
+    makes (:func:`ligerkit.probe.call_sites.call_sites`; calls it could not see are listed as unproven), and
+    :class:`InPlaceBackwardError` for one that writes in place where the model shares that tensor, or
+    whose write could not be checked in the whole model (unless its key, attr or ``module.attr`` is in
+    ``in_place_proven``: the caller proved it; the report lists it as unproven).
     """
     probed, unprobed, unproven = [], [], []
     for item in todo:
@@ -193,6 +216,13 @@ def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collect
             )
         else:
             probed.append(f"{label}: match")
+        unseen = []  # what the checks could not see, in one unproven line
+        if result.verdict == MATCH:
+            seen = _on_the_calls(item, entry, config, [i.original for i in todo if i.module is item.module])
+            if seen.startswith("unproven: "):
+                unseen.append(seen.removeprefix("unproven: "))
+            else:
+                probed[-1] += seen
         aliasing = aliasing_of(item.original, item.patch.replacement, config)  # the user's config, else the family's
         if aliasing is not None and aliasing.hazard:
             raise in_place_error(f"custom_patches[{item.name!r}]: {where}", item.patch.replacement, aliasing)
@@ -200,8 +230,10 @@ def probe_patches(todo: Sequence[Any], config: Any, enabled: bool, skip: Collect
             if not _skipped(item, True, in_place_proven):
                 raise unproven_error(f"custom_patches[{item.name!r}]: {where}", item.name, item.patch.replacement,
                                      aliasing)
-            unproven.append(f"{label}: in-place write not checked by ligerkit ({aliasing.reason}); "
-                            "the caller vouches for it (in_place_proven)")
+            unseen.append(f"in-place write not checked by ligerkit ({aliasing.reason}); the caller vouches for it "
+                          "(in_place_proven)")
         elif aliasing is not None and result.verdict != UNPROBED:
             probed[-1] += f"; in-place write safe ({aliasing.reason})"
+        if unseen:
+            unproven.append(f"{label}: {'; '.join(unseen)}")
     return probed, unprobed, unproven

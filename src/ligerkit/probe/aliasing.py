@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +35,7 @@ from torch import nn
 from ligerkit.naming import qualified_name
 from ligerkit.probe import runnable, verdict_cache
 from ligerkit.probe.emulate import emulated_module_forward, emulated_rotary
-from ligerkit.probe.runnable import Runnable, Unrunnable, runnable_model
+from ligerkit.probe.runnable import Runnable, Unrunnable, no_class_caches, runnable_model
 from ligerkit.probe.training_form import current_form
 from ligerkit.probe.top_model import config_fingerprint
 
@@ -197,6 +196,11 @@ def checked_on(device: str) -> Iterator[None]:
         _DEVICE.reset(token)
 
 
+def current_device() -> str:
+    """The device of the innermost :func:`checked_on`, else ``"cpu"``."""
+    return _DEVICE.get()
+
+
 def in_place_hazard(source: object, module: types.ModuleType, config: Any = None,
                     writes: str = BACKWARD, device: str | None = None, replacement: object = None) -> AliasingResult:
     """Whether an in-place replacement for ``source`` (a norm class, or a rotary function when
@@ -208,7 +212,7 @@ def in_place_hazard(source: object, module: types.ModuleType, config: Any = None
     kind of write and device in the process, and on disk (:mod:`~ligerkit.probe.verdict_cache`, whose
     key also holds ``replacement``, the sources and the versions).
     """
-    device, form = device or _DEVICE.get(), current_form()
+    device, form = device or current_device(), current_form()
     key = (id(source), module.__name__, config_fingerprint(config) if config is not None else "", writes, str(device),
            form.key if form else "")
     if key not in _CACHE:
@@ -245,16 +249,8 @@ def _load(source: str, data: Any) -> AliasingResult:
 
 
 def _detect(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:
-    """Building models caches private class attributes on every modeling module's classes: none stay."""
-    loaded = {m for name, m in list(sys.modules.items()) if m is not None and name.startswith("transformers.models.")}
-    before = [(v, set(vars(v))) for m in loaded | {module} for v in list(vars(m).values())
-              if isinstance(v, type) and v.__module__ == m.__name__]
-    try:
+    with no_class_caches(module):
         return _detect_in(source, module, config, device)
-    finally:
-        for cls, attrs in before:
-            for name in set(vars(cls)) - set(attrs):
-                delattr(cls, name)
 
 
 def _detect_in(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:

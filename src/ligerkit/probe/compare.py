@@ -41,8 +41,10 @@ def close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tuple[bool, f
     """Whether two results agree: allclose in float32; in bfloat16, at most 1% of elements off (a
     different casting order flips many). Returns the verdict and the largest absolute difference."""
     a, b = a.float(), b.float()
+    if not a.numel():  # an empty call (no token took this branch): nothing can differ
+        return a.shape == b.shape, 0.0
     diff = (a - b).abs()
-    worst = float(diff.max()) if diff.numel() else 0.0
+    worst = float(diff.max())
     if dtype == torch.float32:
         return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5)), worst
     # bfloat16: the same math rounds the same way; a different casting order flips many elements
@@ -66,3 +68,28 @@ def out_shape(module: nn.Module, x: torch.Tensor) -> torch.Size:
     with torch.no_grad():
         out = module(x)
     return first_output(out).shape
+
+
+def structure_differences(source: nn.Module, candidate: nn.Module) -> list[str]:
+    """Parameter names and shapes that differ (the state dict would not load both ways)."""
+    reasons = []
+    src = {k: tuple(v.shape) for k, v in source.state_dict().items()}
+    cand = {k: tuple(v.shape) for k, v in candidate.state_dict().items()}
+    if extra := sorted(cand.keys() - src.keys()):
+        reasons.append(f"the replacement adds parameters {extra}")
+    if missing := sorted(src.keys() - cand.keys()):
+        reasons.append(f"the replacement drops parameters {missing}")
+    for key in sorted(src.keys() & cand.keys()):
+        if src[key] != cand[key]:
+            reasons.append(f"{key} has shape {src[key]} in the source, {cand[key]} in the replacement")
+    return reasons
+
+
+def randomize_alike(source: nn.Module, candidate: nn.Module) -> None:
+    """Give both modules the same non-trivial values (``w`` ones and zeros differ from these)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in source.state_dict().items():
+            value = torch.randn(param.shape, generator=g) * 0.5 + 0.3
+            param.copy_(value)
+            candidate.state_dict()[name].copy_(value)

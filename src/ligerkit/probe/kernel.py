@@ -48,12 +48,43 @@ def kernel_check_module(source: nn.Module, candidate: nn.Module, x: torch.Tensor
     return _kernel_verdicts(names, truth, eager, kernel, errors)
 
 
-def kernel_check_function(fn: Callable[..., Any], kernel: Callable[..., Any], inputs: dict[str, Any],
-                           errors: dict[str, float]) -> list[str]:
-    """Run the real Liger rotary kernel on the GPU against the source (float32 truth, bfloat16 eager)."""
-    def on(dtype: torch.dtype) -> dict[str, Any]:
-        return {k: (v.to("cuda", dtype) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+def call_outputs(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], wrt: list[str],
+                 grads: list[torch.Tensor] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``fn(*args, **kwargs)``'s output tensors, then the gradients of the arguments named in ``wrt``
+    (``"#0"`` for a position, else a keyword) for the upstream ``grads`` (random from a fixed seed when
+    ``None``: the same for every call whose outputs have the same shapes); the arguments are fresh
+    copies, so a function that writes into its inputs (Liger's rotary) changes nothing the caller holds."""
+    args = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+    kwargs = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    leaves = []
+    for name in wrt:
+        value = args[int(name[1:])] if name.startswith("#") else kwargs[name]
+        value.requires_grad_(True)
+        leaves.append(value)
+    with torch.enable_grad():
+        out = fn(*args, **kwargs)
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
+        if grads is None:
+            g = torch.Generator().manual_seed(5)
+            grads = [torch.randn(t.shape, generator=g).to(t.device, t.dtype) for t in outs]
+        found = torch.autograd.grad(outs, leaves, [g.to(t.device, t.dtype) for g, t in zip(grads, outs, strict=True)],
+                                    allow_unused=True)
+    return [t.detach() for t in outs], [g if g is not None else torch.zeros_like(x) for g, x in zip(found, leaves)]
 
-    truth, eager = fn(**on(torch.float32)), fn(**on(torch.bfloat16))
-    got = kernel(**on(torch.bfloat16))  # Liger's rotary writes into the q/k it is given: fresh copies
-    return _kernel_verdicts(["q", "k"], list(truth), list(eager), list(got), errors)
+
+def kernel_check_call(fn: Callable[..., Any], kernel: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any], wrt: list[str], errors: dict[str, float]) -> list[str]:
+    """Run a Liger function (its real kernel, on the GPU) on one call's arguments against the source,
+    forward and backward: the kernel in bfloat16 and the source in float32 (truth) and bfloat16."""
+    def on(dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def move(v: Any) -> Any:
+            if not isinstance(v, torch.Tensor):
+                return v
+            return v.to("cuda", dtype) if v.is_floating_point() else v.to("cuda")
+        return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
+
+    truth_out, truth_grads = call_outputs(fn, *on(torch.float32), wrt)
+    eager_out, eager_grads = call_outputs(fn, *on(torch.bfloat16), wrt)
+    got_out, got_grads = call_outputs(kernel, *on(torch.bfloat16), wrt)
+    names = [f"output {i}" for i in range(len(truth_out))] + [f"grad {n}" for n in wrt]
+    return _kernel_verdicts(names, truth_out + truth_grads, eager_out + eager_grads, got_out + got_grads, errors)

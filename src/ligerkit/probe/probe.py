@@ -33,6 +33,8 @@ from ligerkit.probe.compare import (
     Unprobeable,
     close,
     first_output,
+    randomize_alike,
+    structure_differences,
     module_outputs,
     out_shape,
 )
@@ -75,21 +77,6 @@ def _constant(t: torch.Tensor) -> float | None:
     return float(flat[0]) if flat.numel() and bool((flat == flat[0]).all()) else None
 
 
-def _structure(source: nn.Module, candidate: nn.Module) -> list[str]:
-    """Parameter names and shapes that differ (the state dict would not load both ways)."""
-    reasons = []
-    src = {k: tuple(v.shape) for k, v in source.state_dict().items()}
-    cand = {k: tuple(v.shape) for k, v in candidate.state_dict().items()}
-    if extra := sorted(cand.keys() - src.keys()):
-        reasons.append(f"the replacement adds parameters {extra}")
-    if missing := sorted(src.keys() - cand.keys()):
-        reasons.append(f"the replacement drops parameters {missing}")
-    for key in sorted(src.keys() & cand.keys()):
-        if src[key] != cand[key]:
-            reasons.append(f"{key} has shape {src[key]} in the source, {cand[key]} in the replacement")
-    return reasons
-
-
 def _init(source: nn.Module, candidate: nn.Module) -> list[str]:
     """Parameters the source initializes to a constant that the replacement initializes otherwise."""
     reasons = []
@@ -101,15 +88,6 @@ def _init(source: nn.Module, candidate: nn.Module) -> list[str]:
         if s_const is not None and s_const != c_const:
             reasons.append(f"{name} initializes to {s_const:g} in the source but not in the replacement")
     return reasons
-
-
-def _randomize(source: nn.Module, candidate: nn.Module) -> None:
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, param in source.state_dict().items():
-            value = torch.randn(param.shape, generator=g) * 0.5 + 0.3
-            param.copy_(value)
-            candidate.state_dict()[name].copy_(value)
 
 
 def probe_class(source_cls: type, replacement: Replacement, config: Any = None) -> ProbeResult:
@@ -127,7 +105,7 @@ def probe_class(source_cls: type, replacement: Replacement, config: Any = None) 
     except Exception as exc:
         return ProbeResult(src_name, replacement.name, MISMATCH,
                            (f"the replacement cannot be built the way the model builds the source: {exc}",))
-    reasons = _structure(source, candidate)
+    reasons = structure_differences(source, candidate)
     if reasons:
         return ProbeResult(src_name, replacement.name, MISMATCH, tuple(reasons))
     reasons = _init(source, candidate)
@@ -141,7 +119,7 @@ def probe_class(source_cls: type, replacement: Replacement, config: Any = None) 
     errors: dict[str, float] = {}
     for dtype in (torch.float32, torch.bfloat16):
         s, c = source.to(dtype), candidate.to(dtype)
-        _randomize(s, c)
+        randomize_alike(s, c)
         xd = x.to(dtype)
         grad = torch.randn(out_shape(s, xd), generator=torch.Generator().manual_seed(3))
         got = module_outputs(s, s, xd, grad)

@@ -13,7 +13,7 @@ from ligerkit.hf import SMALL_DIMS
 from ligerkit.naming import qualified_name
 from ligerkit.probe.catalog import Replacement
 from ligerkit.probe.compare import MATCH, MISMATCH, UNPROBED, ProbeResult, close
-from ligerkit.probe.kernel import kernel_available, kernel_check_function
+from ligerkit.probe.kernel import kernel_available, kernel_check_call
 
 def _rotary_inputs(module: types.ModuleType | None, config: Any, mrope: bool) -> dict[str, Any]:
     """q, k and the cos/sin the family's own rotary embedding makes (standard layout otherwise)."""
@@ -98,7 +98,7 @@ def probe_function(fn: Callable[..., Any], replacement: Replacement, config: Any
         if reasons:
             break
     if not reasons and kernel_available():
-        reasons += kernel_check_function(fn, replacement.obj, inputs, errors)
+        reasons += kernel_check_call(fn, replacement.obj, (), inputs, list(inputs)[:2], errors)
     return ProbeResult(src_name, replacement.name, MISMATCH if reasons else MATCH, tuple(reasons), errors)
 
 

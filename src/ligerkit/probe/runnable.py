@@ -14,9 +14,10 @@ class, which configs were tried and why: there is no fallback to a block.
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +33,22 @@ from ligerkit.shrink import iter_whole_model_configs, whole_model_configs
 CPU_PARAMETER_BUDGET = 250_000_000  # three float32 copies with gradients fit a 24 GiB, 2-core machine
 CUDA_PARAMETER_BUDGET = 2_000_000_000
 
-__all__ = ["Runnable", "Unrunnable", "build_model_class", "class_references", "first_tensor", "module_config",
-           "parameter_budget", "runnable_model", "top_model_class", "whole_model_configs"]
+__all__ = ["NeverUsed", "Runnable", "Unrunnable", "build_model_class", "class_references", "first_tensor",
+           "module_config", "no_class_caches", "parameter_budget", "runnable_model", "top_model_class",
+           "whole_model_configs"]
 
 
 class Unrunnable(Exception):
     """The module's top model could not be built, run, or made to use the probed symbol."""
+
+
+class NeverUsed(Unrunnable):
+    """The top model ran but never used the probed symbol. ``inputs_failed``: some inputs it was given
+    failed inside its forward (richer ones, e.g. images), so those paths were not seen."""
+
+    def __init__(self, message: str, inputs_failed: bool):
+        super().__init__(message)
+        self.inputs_failed = inputs_failed
 
 
 @dataclass
@@ -124,7 +135,7 @@ def runnable_model(module: types.ModuleType, config: Any, watch: Watch, device: 
         raise Unrunnable(f"no config to build {top.__name__} from (pass config=)")
     budget = parameter_budget(device)
     tried: list[str] = []
-    ran = False
+    ran = inputs_failed = False
     for label, cfg in _trials(top, base, given):
         meta = _meta(top, cfg)
         if meta is None:
@@ -149,6 +160,7 @@ def runnable_model(module: types.ModuleType, config: Any, watch: Watch, device: 
                     with torch.no_grad():
                         candidate.loss()
                 except Exception as exc:
+                    inputs_failed = inputs_failed or not _is_binding_error(exc)
                     if binding:  # the first error past argument binding says most
                         error, binding = _short(exc), _is_binding_error(exc)
                     continue
@@ -160,8 +172,23 @@ def runnable_model(module: types.ModuleType, config: Any, watch: Watch, device: 
             error, binding = f"runs but never uses {symbol}{failed}", False
         tried.append(f"{label}: {error}")
     if ran:
-        raise Unrunnable(f"{top.__name__} runs but never uses {symbol} (tried: {'; '.join(tried)})")
+        raise NeverUsed(f"{top.__name__} runs but never uses {symbol} (tried: {'; '.join(tried)})", inputs_failed)
     raise Unrunnable(f"{top.__name__} could not be built and run (tried: {'; '.join(tried) or 'no config'})")
+
+
+@contextmanager
+def no_class_caches(module: types.ModuleType) -> Iterator[None]:
+    """Building models caches private class attributes on every modeling module's classes (and
+    ``module``'s): in the block they may, after it none stay."""
+    loaded = {m for name, m in list(sys.modules.items()) if m is not None and name.startswith("transformers.models.")}
+    before = [(v, set(vars(v))) for m in loaded | {module} for v in list(vars(m).values())
+              if isinstance(v, type) and v.__module__ == m.__name__]
+    try:
+        yield
+    finally:
+        for cls, attrs in before:
+            for name in set(vars(cls)) - set(attrs):
+                delattr(cls, name)
 
 
 class _Lazy:

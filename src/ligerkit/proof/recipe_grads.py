@@ -48,15 +48,17 @@ def recipe_grad_parity(config: str | Path, overrides: list[str], device: torch.d
     engines = {"float32": load_engine(config, [*off, "model.dtype=float32"]), "eager": load_engine(config, off),
                "patched": load_engine(config, [*overrides, *patched_overrides])}
     dtype = resolve_dtype(engines["eager"].config.model.dtype, device)
-    current = {"arm": "float32"}
+    arms: dict[int, str] = {}  # id(model) -> the arm that built it (float32 is also run again, for routing)
     order = iter(("float32", "eager"))
 
     def build() -> nn.Module:
-        arm = current["arm"] = next(order, "patched")
-        return set_up_model(engines[arm], device)
+        arm = next(order, "patched")
+        model = set_up_model(engines[arm], device)
+        arms[id(model)] = arm
+        return model
 
     def loss(model: nn.Module) -> torch.Tensor:
-        return recipe_loss(engines[current["arm"]], device, 0, 1)(model)  # the arm's own loss, first sample
+        return recipe_loss(engines[arms[id(model)]], device, 0, 1)(model)  # the arm's own loss, first sample
 
     @contextmanager
     def patched() -> Iterator[None]:

@@ -10,23 +10,21 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch import nn
-
 from ligerkit.errors import LigerKitError
 from ligerkit.hf import SMALL_DIMS
 from ligerkit.probe.aliasing import in_place_hazard
 from ligerkit.probe.catalog import Replacement, by_kind, by_name, twin
 from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
+from ligerkit.probe.call_sites import DIFFERS, NEVER_CALLED, call_sites
+from ligerkit.probe.symbols import discover
 from ligerkit.suggest.construction import construction_problem
 from ligerkit.suggest.inputs import SuggestError, load_config, load_module
 from ligerkit.suggest.needs import check_config_keys
 from ligerkit.suggest.official import OfficialHelper, official_helper
 
-__all__ = ["Candidate", "OfficialHelper", "SuggestError", "Suggestion", "load_config", "load_module", "suggest"]
+__all__ = ["Candidate", "OfficialHelper", "SuggestError", "Suggestion", "discover", "load_config", "load_module",
+           "suggest"]
 
-_NORM = re.compile(r"Norm$")
-_MLP = re.compile(r"(MLP|FeedForward|FFN)$")
-_ROPE = re.compile(r"^apply_(multimodal_)?rotary_pos_emb$")
 _CONFIG_ATTR = re.compile(r"config\.(\w+)")
 @dataclass
 class Candidate:
@@ -40,12 +38,16 @@ class Candidate:
     module_name: str | None = None  # semantic key for custom_patches
     results: list[ProbeResult] = field(default_factory=list)
     in_place: dict[str, Any] | None = None  # the whole-model in-place check, when the match writes in place
+    call_sites: dict[str, Any] | None = None  # the replay of the whole model's calls (CallSiteResult.to_dict())
+    # replacements whose probe matched but that differ on a call the whole model makes: {name: CallSiteResult dict}
+    differs_at_call_sites: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"symbol": self.symbol, "kind": self.kind, "verdict": self.verdict,
                 "replacement": self.replacement, "reason": self.reason, "module": self.module_name,
-                "in_place": self.in_place,
+                "in_place": self.in_place, "call_sites": self.call_sites,
+                "differs_at_call_sites": self.differs_at_call_sites,
                 "probes": [{"replacement": r.replacement, "verdict": r.verdict, "reasons": list(r.reasons)}
                            for r in self.results]}
 
@@ -92,22 +94,6 @@ class Suggestion:
         return {"module": self.module, "config": self.config,
                 "official_helper": self.official.to_dict() if self.official else None,
                 "candidates": [c.to_dict() for c in self.candidates], "custom_patches": self.patches_code()}
-
-
-def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
-    """Candidate symbols: norms and MLPs by name or behaviour, rotary functions by name."""
-    found = []
-    for name, obj in vars(module).items():
-        if isinstance(obj, type) and obj.__module__ == module.__name__ and issubclass(obj, nn.Module):
-            if getattr(obj, "_supports_sdpa", None) is not None or hasattr(obj, "config_class"):
-                continue  # PreTrainedModel classes
-            if _NORM.search(name):
-                found.append((name, obj, "norm"))
-            elif _MLP.search(name):
-                found.append((name, obj, "mlp"))
-        elif inspect.isfunction(obj) and obj.__module__ == module.__name__ and _ROPE.match(name):
-            found.append((name, obj, "rope"))
-    return found
 
 
 @dataclass(frozen=True)
@@ -160,7 +146,7 @@ def _config_terms(obj: object, config: Any) -> str:
 
 
 def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, module: types.ModuleType,
-                   config: Any, whole_config: Any, device: str) -> Candidate:
+                   config: Any, whole_config: Any, device: str, together: list[object]) -> Candidate:
     """A matched candidate whose replacement writes in place, checked in the module's whole model
     (built from ``whole_config``: the user's, or ``None`` for the family's own; ``config`` is the
     probes' small one).
@@ -182,14 +168,18 @@ def _in_place_safe(candidate: Candidate, obj: object, replacement: Replacement, 
     if alternative is not None:
         result = probe(obj, alternative, config, module)
         candidate.results.append(result)
-        if result.verdict == MATCH:
-            candidate.replacement = alternative.name
+        calls = call_sites(obj, alternative, module, whole_config, device, together) if result.verdict == MATCH else None
+        if calls is not None and calls.verdict != DIFFERS:
+            candidate.replacement, candidate.call_sites = alternative.name, calls.to_dict()
             candidate.reason = f"{candidate.reason}; out of place: {why}"
             return candidate
+        if calls is not None:
+            why += f"; its out-of-place twin {alternative.name} {calls.reason}"
     prove = "" if found.checked else (
         "; to prove it, pass a complete config (--config) whose whole model builds here, or run with --gpu "
         "(the whole model built on the GPU)")
     candidate.verdict, candidate.replacement, candidate.module_name = "leave_off", None, None
+    candidate.call_sites = None
     candidate.reason = f"left off: {why}; no out-of-place Liger replacement has its math{prove}"
     return candidate
 
@@ -207,6 +197,44 @@ def _constructs(candidate: Candidate, module: types.ModuleType, config: Any, bui
                         "replacement does not take")
     candidate.replacement = None
     return candidate
+
+
+def _judge(name: str, obj: object, kind: str, module: types.ModuleType, config: Any, whole_config: Any, device: str,
+           together: list[object], built: _Built | None) -> Candidate:
+    """One candidate symbol against the catalog's replacements of its kind, in order: the first whose
+    probe matches *and* that computes what the symbol computes on every call the whole model makes."""
+    results: list[ProbeResult] = []
+    misses: list[str] = []
+    differs: dict[str, dict[str, Any]] = {}
+    for replacement in by_kind(kind):
+        result = probe(obj, replacement, config, module)
+        results.append(result)
+        if result.verdict != MATCH:
+            misses.append(f"not {replacement.name}: {result.reasons[0]}")
+            continue
+        calls = call_sites(obj, replacement, module, whole_config, device, together)
+        if calls.verdict == DIFFERS:
+            misses.append(f"not {replacement.name}: on the calls the whole model makes, {calls.reason}")
+            differs[replacement.name] = calls.to_dict()
+            continue
+        if calls.verdict == NEVER_CALLED:
+            return Candidate(name, kind, "leave_off", None, f"left off: patching it changes nothing the model runs: "
+                             f"{calls.reason}", None, results, call_sites=calls.to_dict(),
+                             differs_at_call_sites=differs)
+        seen = (f"on every call the whole model makes ({calls.summary().removeprefix('match on ')})"
+                if calls.verdict == MATCH else f"on the probe's inputs; its calls in the whole model are {calls.reason}")
+        candidate = Candidate(name, kind, MATCH, replacement.name,
+                              f"computes what {replacement.name} computes {seen}{_config_terms(obj, config)}",
+                              replacement.module, results, call_sites=calls.to_dict(), differs_at_call_sites=differs)
+        return _constructs(_in_place_safe(candidate, obj, replacement, module, config, whole_config, device, together),
+                           module, config, built)
+    unprobed = [r for r in results if r.verdict == UNPROBED]
+    if unprobed and len(misses) == len(unprobed):
+        reason = f"not probed ({unprobed[0].reasons[0]}); left off"
+    else:
+        reason = "; ".join(misses)
+    return Candidate(name, kind, "leave_off", None, reason + _config_terms(obj, config), None, results,
+                     differs_at_call_sites=differs)
 
 
 def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[str, Any] | None = None,
@@ -228,30 +256,13 @@ def suggest(module_spec: str, config_spec: str | None = None, overrides: dict[st
     # the whole model for the in-place checks: the user's config as given, else the family's own
     whole_config = config if config_spec is not None or overrides else None
     built = _build(config)
+    together = [obj for _, obj, _ in found]
     candidates = []
     for name, obj, kind in found:
-        results = []
         problem = _layout_problem(obj, built, config) if isinstance(obj, type) else None
         if problem:
             candidates.append(Candidate(name, kind, "leave_off", None, problem))
             continue
-        for replacement in by_kind(kind):
-            result = probe(obj, replacement, config, module)
-            results.append(result)
-            if result.verdict == MATCH:
-                candidates.append(_constructs(_in_place_safe(Candidate(
-                    name, kind, MATCH, replacement.name,
-                    f"computes what {replacement.name} computes{_config_terms(obj, config)}",
-                    replacement.module, results), obj, replacement, module, config, whole_config, device),
-                    module, config, built))
-                break
-        else:
-            unprobed = [r for r in results if r.verdict == UNPROBED]
-            if unprobed:
-                reason = f"not probed ({unprobed[0].reasons[0]}); left off"
-            else:
-                reason = "; ".join(f"not {r.replacement}: {r.reasons[0]}" for r in results)
-            candidates.append(Candidate(name, kind, "leave_off", None, reason + _config_terms(obj, config),
-                                        None, results))
+        candidates.append(_judge(name, obj, kind, module, config, whole_config, device, together, built))
     label = "none" if config is None else config_spec if isinstance(config, types.SimpleNamespace) else type(config).__name__
     return Suggestion(module.__name__, label, candidates, module, config, official_helper(module.__name__))
