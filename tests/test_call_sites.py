@@ -99,6 +99,14 @@ def test_the_custom_route_refuses_a_norm_the_model_retunes_after_construction(ki
         kit.apply(model_family="sites", custom_patches=patch, config=M.CallSitesConfig(late_eps=0.01))
 
 
+def test_layers_made_as_copies_of_a_built_one_are_judged_with_its_constructor_arguments():
+    found = _suggest(copy_layers=True)
+    for symbol in ("SitesRMSNorm", "SitesScaledMLP"):
+        calls = found[symbol].call_sites
+        assert found[symbol].verdict == "match" and calls["verdict"] == "match", calls
+        assert calls["compared"] == calls["signatures"]
+
+
 def test_an_mlp_subclass_whose_own_forward_takes_an_argument_the_model_passes_is_left_off():
     found = _suggest(mlp_scale=0.5)["SitesScaledMLP"]
     assert found.verdict == "leave_off"

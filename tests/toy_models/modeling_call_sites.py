@@ -11,9 +11,12 @@ on made-up inputs matches all of them. What the model passes decides:
 - ``mlp_scale``: the MLP subclass's own ``forward`` takes a scale the model passes.
 - ``inline_rope``: the attention rotates inline and never calls ``apply_rotary_pos_emb``.
 - ``eps_per_layer``: layer ``i`` builds its norms with ``eps = 1e-6 * (i + 1)`` (one signature a layer).
+- ``copy_layers``: the first layer is built, the others are ``copy.deepcopy`` of it (no ``__init__`` runs).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -24,13 +27,15 @@ class CallSitesConfig:
     """Dimensions and how the model calls its symbols."""
 
     def __init__(self, rope_layout: str = "bhsd", late_eps: float | None = None, mlp_scale: float | None = None,
-                 inline_rope: bool = False, eps_per_layer: bool = False, num_hidden_layers: int = 2,
+                 inline_rope: bool = False, eps_per_layer: bool = False, copy_layers: bool = False,
+                 num_hidden_layers: int = 2,
                  hidden_size: int = 32, heads: int = 4, intermediate_size: int = 64, vocab_size: int = 64):
         self.rope_layout = rope_layout
         self.late_eps = late_eps
         self.mlp_scale = mlp_scale
         self.inline_rope = inline_rope
         self.eps_per_layer = eps_per_layer
+        self.copy_layers = copy_layers
         self.num_hidden_layers = num_hidden_layers
         self.hidden_size = hidden_size
         self.num_attention_heads = heads
@@ -146,7 +151,11 @@ class SitesForCausalLM(nn.Module):
     def __init__(self, config: CallSitesConfig):
         super().__init__()
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(SitesDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        if config.copy_layers:
+            first = SitesDecoderLayer(config, 0)
+            self.layers = nn.ModuleList([first, *(copy.deepcopy(first) for _ in range(config.num_hidden_layers - 1))])
+        else:
+            self.layers = nn.ModuleList(SitesDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = SitesRMSNorm(config.hidden_size)
         if config.late_eps is not None:
             self.norm.eps = config.late_eps

@@ -116,10 +116,11 @@ class _Recorder:
         self.made = made
         self.recordings: dict[int, Recording] = {}
         self._states: dict[int, str] = {}
+        self._by_state: dict[tuple[type, str], tuple[tuple[Any, ...], dict[str, Any]]] | None = None
 
     def reset(self) -> None:
         self.recordings = {id(s): Recording(qualified_name(s)) for s in self.symbols}
-        self._states = {}
+        self._states, self._by_state = {}, None
 
     def record(self, symbol: object, site: str, args: tuple, kwargs: dict, instance: nn.Module | None) -> None:
         target = instance.forward if instance is not None else symbol
@@ -130,10 +131,11 @@ class _Recorder:
         named = bound_call(signature, args, kwargs)
         text = ", ".join(f"{n}={describe(v)}" for n, v in named)
         key = text
+        constructed = None
         if instance is not None:
+            constructed = self.constructed(instance)
             state = self._states.get(id(instance))
             if state is None:
-                constructed = self.made.get(instance)
                 state = self._states[id(instance)] = (f"{instance_state(instance)} | built with "
                                                       f"{describe(constructed) if constructed else 'no __init__ call'}")
             key = f"{state} | {text}"
@@ -142,9 +144,21 @@ class _Recorder:
         if found is None:
             kept_args, kept_kwargs = _copy_args(args, kwargs)
             found = recording.signatures[key] = Signature(
-                key, text, kept_args, kept_kwargs, bare_copy(instance) if instance is not None else None,
-                self.made.get(instance) if instance is not None else None)
+                key, text, kept_args, kept_kwargs, bare_copy(instance) if instance is not None else None, constructed)
         found.sites[site] += 1
+
+    def constructed(self, instance: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The constructor arguments ``instance`` was built with; for a copy (``copy.deepcopy`` of a layer
+        runs no ``__init__``), those of a built instance of its class in the same state, which the patched
+        model would have copied the same way; ``None`` when there is neither."""
+        found = self.made.get(instance)
+        if found is not None:
+            return found
+        if self._by_state is None:
+            self._by_state = {}
+            for other, ctor in list(self.made.items()):
+                self._by_state.setdefault((type(other), instance_state(other)), ctor)
+        return self._by_state.get((type(instance), instance_state(instance)))
 
 
 @contextmanager
