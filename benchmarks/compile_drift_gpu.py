@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
-from ligerkit.train.arms import modules_line
-from ligerkit.train.loading import load_engine
-from ligerkit.train.setup import set_up_model
+from ligerkit.train.config.arms import modules_line
+from ligerkit.train.recipe.loading import load_engine
+from ligerkit.train.recipe.setup import set_up_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ON = "model.liger_kernel.enabled=true"

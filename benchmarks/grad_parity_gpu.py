@@ -116,8 +116,8 @@ def training_modes() -> list[dict]:
 def inplace_forms() -> list[dict]:
     """Each recipe set up with Liger on as it trains (as built, LoRA, checkpointing, both): the kit's
     in-place verdicts from that set-up, which ran the checks' whole model in the same form."""
-    from ligerkit.train.loading import load_engine
-    from ligerkit.train.setup import set_up_model
+    from ligerkit.train.recipe.loading import load_engine
+    from ligerkit.train.recipe.setup import set_up_model
 
     def one(config: Path, lines: tuple[str, ...]) -> dict:
         engine = load_engine(config, [*lines, "model.liger_kernel.enabled=true"])

@@ -27,7 +27,7 @@ import torch
 
 from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.config.compile_mode import COMPILED
-from ligerkit.train.saved_recompute import view_source
+from ligerkit.train.memory.saved_recompute import view_source
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30

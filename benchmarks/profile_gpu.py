@@ -44,8 +44,8 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
 
     from ligerkit.proof.syncs import SyncCounter
 
-    from ligerkit.train.arms import ARMS
-    from ligerkit.train.loading import load_engine
+    from ligerkit.train.config.arms import ARMS
+    from ligerkit.train.recipe.loading import load_engine
     from ligerkit.train.trainer import Trainer
 
     lines = [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={warmup + active}", "train.progress=false"]

@@ -52,7 +52,7 @@ def checkpoint(folder: str | Path, shape: dict[str, Any] | None = None, seed: in
 
 def samples(count: int, seq_len: int, pad_every: int = 4) -> list[dict[str, torch.Tensor]]:
     """``count`` windows of ``seq_len`` byte-level tokens (ids 2..257) of the shipped corpus."""
-    text = resources.files("ligerkit.train").joinpath("corpus.txt").read_bytes()
+    text = resources.files("ligerkit.train.data").joinpath("corpus.txt").read_bytes()
     ids = torch.tensor(list(text), dtype=torch.long) + 2
     out = []
     for i in range(count):

@@ -19,7 +19,7 @@ from ligerkit.proof.recommend import (
     recommend,
     reference_of,
 )
-from ligerkit.train import arms as A
+from ligerkit.train.config import arms as A
 from ligerkit.train.config import ConfigError, load_recipe_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from ligerkit.cli import app
 from ligerkit.cli.common import run
 from ligerkit.train import load_engine, set_up_model
 from ligerkit.train.config import ConfigError, load_recipe_config, validate_config
-from ligerkit.train.files import DataError, read_documents, tokenized
-from ligerkit.train.footprint import estimate
+from ligerkit.train.data.files import DataError, read_documents, tokenized
+from ligerkit.train.recipe.footprint import estimate
 from ligerkit.train.stopping import graceful_signals
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,10 +24,12 @@ import torch.distributed.checkpoint as dcp
 from helpers import torchrun_train
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from ligerkit.train import Trainer, checkpoint, load_engine, rng, safe_load
-from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
+from ligerkit.train import Trainer, load_engine
+
+from ligerkit.train.run import checkpoint, rng, safe_load
+from ligerkit.errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
-from ligerkit.train.run_dir import RunDirError, keep_metrics_through
+from ligerkit.train.run.folder import RunDirError, keep_metrics_through
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
 SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.checkpoint_every=2", "train.progress=false",

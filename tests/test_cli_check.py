@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ligerkit.cli import app
 from ligerkit.proof.recipe_check import resolve_recipe, shipped_recipes
-from ligerkit.train.loading import SHIPPED_RECIPES
+from ligerkit.train.recipe.loading import SHIPPED_RECIPES
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,3 +87,18 @@ def test_user_facing_text_points_to_ligerkit_smoke_not_pytest():
     result = runner.invoke(app, ["plan"])
     assert result.exit_code == 0, result.output
     assert "`ligerkit smoke RECIPE`" in result.stdout and "pytest" not in result.stdout
+
+
+def test_a_config_that_needs_a_missing_extra_is_checked_without_it_and_says_which(monkeypatch):
+    import sys
+
+    from ligerkit.proof.recipe_check import check_recipe
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` raises ImportError, as without the extra
+    result = check_recipe("qwen3")
+    assert result.ok, result.problems
+    (lora,) = [p for p in result.plans if p.config == "gpu_8b_lora.yaml"]
+    assert lora.notes == ["needs the `lora` extra (pip install -e '.[lora]'), which is not installed: checked "
+                          "without train.lora"]
+    assert lora.model_class and lora.scan is not None  # the rest of it was checked
+    assert all(not p.notes for p in result.plans if p is not lora)

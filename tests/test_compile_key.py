@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ligerkit.errors import ResumeConfigError
-from ligerkit.train import arms as A
-from ligerkit.train import resume
+from ligerkit.train.config import arms as A
+from ligerkit.train.run import resume
 from ligerkit.train.config import ConfigError, load_recipe_config
 from ligerkit.train.config.compile_mode import map_old_keys
 

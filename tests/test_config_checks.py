@@ -83,7 +83,7 @@ def test_train_takes_a_recipe_folder_and_a_config_outside_recipes(tmp_path):
 
 
 def test_a_recipe_name_resolves_to_the_shipped_recipe_from_any_folder(tmp_path, monkeypatch):
-    from ligerkit.train.loading import RecipeError, recipe_root
+    from ligerkit.train.recipe.loading import RecipeError, recipe_root
 
     config = tmp_path / "mine.yaml"
     config.write_text("name: mine\n")

@@ -1,8 +1,8 @@
 """One word per idea: the glossary's retired synonyms appear in no help text, JSON key or public name.
 
 The glossary is the "Words" table of docs/guide.md; its last column lists, in double quotes, the
-synonyms each word retires. The names kept as aliases for earlier callers are listed here, checked to
-still work, and checked to have no caller inside ligerkit itself.
+synonyms each word retires. The aliases of earlier releases (old names kept beside the glossary's) were
+removed before 1.0: each is checked to be gone, from the package and from every caller.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import importlib
 import inspect
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ from ligerkit.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guide.md"
 
-# Public names kept for one release under their name before the rename (alias -> the glossary's name).
-ALIASES = {
+# Names removed in 0.2.0 (the README's changelog), each with the glossary's name that replaced it.
+REMOVED = {
     "LigerKernelKit.verify": "LigerKernelKit.scan",
     "ligerkit.kit.core.verified_by": "ligerkit.kit.core.scanned_by",
     "RecipeEngine.kit": "RecipeEngine.liger_kit",
@@ -34,9 +33,11 @@ ALIASES = {
     "ligerkit.engine": "ligerkit.train",
     "Trainer.recipe": "Trainer.engine",
     "RecipeEngine.setup_model": "ligerkit.train.set_up_model",
-    "ligerkit.kit.checks": "ligerkit.kit.swap_checks",  # the check modules, named for what they check
-    "ligerkit.train.checks": "ligerkit.train.config_checks",
+    "ligerkit.kit.checks": "ligerkit.kit.swap_checks",
+    "ligerkit.train.checks": "ligerkit.train.config.checks",
     "ligerkit.proof.check": "ligerkit.proof.recipe_check",
+    "ligerkit.train.checkpoint_errors": "ligerkit.errors",
+    "NoAcceleratorError": "LigerNeedsAcceleratorError",
 }
 # The packages whose exported names (and their classes' public members) are the public API.
 PUBLIC_PACKAGES = ("ligerkit", "ligerkit.kit", "ligerkit.train", "ligerkit.integrations")
@@ -174,93 +175,74 @@ def public_names() -> set[str]:
 def test_the_public_names_use_the_glossary_words():
     names = public_names()
     assert {"LigerKernelKit.scan", "FusedLossTrainer", "RecipeEngine.prepare_model", "proof.recipe_check"} <= names
-    texts = {name: _words(name) for name in names if name not in ALIASES}
+    texts = {name: _words(name) for name in names}
     assert not offenders(texts), offenders(texts)
 
 
-# --- the aliases: they work, and ligerkit itself no longer calls them ---
+# --- the removed aliases: gone from the package, and from every caller ---
 
-def test_the_aliases_still_work(kit):
-    from torch import nn
-
+def test_the_removed_aliases_are_gone():
+    from ligerkit import errors
     from ligerkit.integrations import hf_trainer
-    from ligerkit.train import RecipeEngine
+    from ligerkit.kit import core
+    from ligerkit.train import RecipeEngine, Trainer
 
-    scan = kit.verify(nn.Linear(2, 2))  # LigerKernelKit.verify: the scan under its earlier name
-    assert scan.counts == {} and type(scan).__name__ == "ScanResult"
-    assert RecipeEngine.kit.fget.__doc__ and "alias" in RecipeEngine.kit.fget.__doc__.lower()
+    for module in ("ligerkit.engine", "ligerkit.kit.checks", "ligerkit.train.checks", "ligerkit.proof.check",
+                   "ligerkit.train.checkpoint_errors"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(module)
     import ligerkit.integrations as integrations
 
-    assert integrations.FusedTokenLossTrainer is integrations.FusedLossTrainer is hf_trainer.FusedLossTrainer
-    assert integrations.FusedTokenLossMixin is integrations.FusedLossMixin
-    from ligerkit.kit.core import scanned_by, verified_by
-
-    assert verified_by is scanned_by
-    from ligerkit.train import Trainer, load_engine
-
-    trainer = Trainer(load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"))
-    assert trainer.recipe is trainer.engine  # Trainer.recipe: the engine under its earlier name
-    sys.modules.pop("ligerkit.engine", None)
-    with pytest.warns(DeprecationWarning, match="ligerkit.engine is deprecated"):
-        engine = importlib.import_module("ligerkit.engine")
-    assert issubclass(engine.Engine, RecipeEngine)
-    for alias in ("ligerkit.kit.checks", "ligerkit.train.checks", "ligerkit.proof.check"):  # the old module paths
-        old, new = importlib.import_module(alias), importlib.import_module(ALIASES[alias])
-        assert old.__all__ and all(getattr(old, name) is getattr(new, name) for name in old.__all__), alias
-        assert "alias" in (old.__doc__ or "").lower() and ALIASES[alias] in old.__doc__, alias
-        public = {name for name, value in vars(new).items() if not name.startswith("_")
-                  and getattr(value, "__module__", None) == new.__name__}
-        assert public <= set(old.__all__), (alias, public - set(old.__all__))
+    assert not hasattr(core.LigerKernelKit, "verify") and not hasattr(core, "verified_by")
+    assert not hasattr(RecipeEngine, "kit") and not hasattr(RecipeEngine, "setup_model")
+    assert not hasattr(Trainer, "recipe") and not hasattr(errors, "NoAcceleratorError")
+    for name in ("FusedTokenLossTrainer", "FusedTokenLossMixin"):
+        assert not hasattr(hf_trainer, name)
+        with pytest.raises(AttributeError):
+            getattr(integrations, name)
+    for new in ("ligerkit.kit.swap_checks", "ligerkit.train.config.checks", "ligerkit.proof.recipe_check"):
+        importlib.import_module(new)  # the modules named for what they hold are there
+    assert core.scanned_by and core.LigerKernelKit.scan and integrations.FusedLossTrainer
 
 
-ALIAS_USES = {  # alias -> how a use of it reads in code
+REMOVED_USES = {  # removed name -> how a use of it reads in code
     "LigerKernelKit.verify": re.compile(r"\.verify\("),
     "RecipeEngine.kit": re.compile(r"\b(engine|recipe|self|engines\[[^]]+\])\.kit\b(?!\w)"),
-    "ligerkit.kit.core.verified_by": re.compile(r"\bverified_by\b"),
+    "verified_by": re.compile(r"\bverified_by\b"),
     "FusedTokenLoss*": re.compile(r"\bFusedTokenLoss(Trainer|Mixin)\b"),
-    "ligerkit.engine": re.compile(
-        r"^\s*(from ligerkit\.engine\b|import ligerkit\.engine\b|from ligerkit import engine\b)", re.M),
+    "NoAcceleratorError": re.compile(r"\bNoAcceleratorError\b"),
+    "Trainer.recipe": re.compile(r"\btrainer\.recipe\b"),
     "RecipeEngine.setup_model": re.compile(r"\.setup_model\("),
-    **{alias: re.compile(rf"\b{re.escape(alias)}\b|\b{re.escape(alias.split('.', 1)[1].replace('.', '/'))}\.py\b"
-                         rf"|^\s*from {re.escape(package)} import (\([^)]*|[^\n(]*)\b{name}\b", re.M)
-       for alias in ("ligerkit.kit.checks", "ligerkit.train.checks", "ligerkit.proof.check")
-       for package, name in [alias.rsplit(".", 1)]},
+    "modules": re.compile(r"^\s*(from|import) ligerkit\.(engine|kit\.checks|train\.checks|proof\.check|"
+                          r"train\.checkpoint_errors)\b|^\s*from ligerkit import engine\b", re.M),
 }
-ALIAS_HOMES = {("src/ligerkit/kit/core.py", "ligerkit.kit.core.verified_by"),  # where each alias is defined
-               ("src/ligerkit/integrations/__init__.py", "FusedTokenLoss*"),
-               ("src/ligerkit/integrations/hf_trainer.py", "FusedTokenLoss*"),
-               ("tests/test_setup.py", "RecipeEngine.setup_model"),  # the alias's own test
-               ("src/ligerkit/kit/checks.py", "ligerkit.kit.checks"),  # the alias modules name themselves
-               ("src/ligerkit/train/checks.py", "ligerkit.train.checks"),
-               ("src/ligerkit/proof/check.py", "ligerkit.proof.check")}
-PENDING: set[tuple[str, str]] = set()  # (file, alias) uses still to move to the glossary word
 
 
-def test_nothing_inside_ligerkit_calls_an_alias():
+def test_nothing_calls_a_removed_alias():
     folders = ("src", "recipes", "examples", "benchmarks", "tests")
-    files = [p for folder in folders for p in (ROOT / folder).rglob("*.py")]
     uses = []
-    for path in files:
+    for path in [p for folder in folders for p in (ROOT / folder).rglob("*.py")]:
         rel = path.relative_to(ROOT).as_posix()
         if rel == "tests/test_glossary.py":
             continue
         text = path.read_text()
-        for alias, pattern in ALIAS_USES.items():
-            if pattern.search(text) and (rel, alias) not in ALIAS_HOMES:
-                uses.append((rel, alias))
-    assert not set(uses) - PENDING, sorted(set(uses) - PENDING)
-    assert PENDING <= set(uses), f"no longer pending, drop from PENDING: {sorted(PENDING - set(uses))}"
+        uses += [(rel, name) for name, pattern in REMOVED_USES.items() if pattern.search(text)]
+    assert not uses, sorted(uses)
 
 
 def test_the_current_docs_use_the_glossary_words():
-    """README, the guide (its "Words" table aside) and integrations.md; a paragraph, list item or table row
-    that names an alias (says "alias") may say the alias's name."""
+    """README, the guide (its "Words" table aside) and integrations.md (the README's changelog, which
+    names what was removed, aside); a paragraph, list item or table row that names a config key's earlier
+    spelling (says "alias") may say it."""
     texts = {}
     for name in ("README.md", "docs/guide.md", "docs/integrations.md"):
         text = (ROOT / name).read_text()
         if name == "docs/guide.md":
             head, rest = text.split("\n## Words\n", 1)
             text = head + "\n## " + rest.split("\n## ", 1)[1]
+        if name == "README.md" and "\n## Changelog\n" in text:
+            head, rest = text.split("\n## Changelog\n", 1)
+            text = head + ("\n## " + rest.split("\n## ", 1)[1] if "\n## " in rest else "")
         blocks = re.split(r"\n(?=\s*\n|- |\| |#)", text)
         texts[name] = "\n".join(block for block in blocks if "alias" not in block)
     assert not offenders(texts), offenders(texts)

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train import glu_recompute as G
+from ligerkit.train.memory import glu_recompute as G
 from ligerkit.train.config import ConfigError, load_recipe_config
-from ligerkit.train.resume import SAFE_TO_CHANGE
+from ligerkit.train.run.resume import SAFE_TO_CHANGE
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"

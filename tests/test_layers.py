@@ -64,6 +64,34 @@ def test_imports_point_down(name, path):
     assert not upward, f"{name} (layer {mine}) imports higher layers: {upward}"
 
 
+# ligerkit.train by concern, lowest first: the config; services the rooms above share; the data; the run on
+# disk; the recipe; the loop at the top (every module of train/ itself that is not named here).
+TRAIN_ROOMS = {"config": 0, "memory": 1, "distributed": 1, "models": 1, "data": 2, "run": 3, "recipe": 4}
+LOOP = 5
+
+
+def _train_room(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["ligerkit", "train"] or len(parts) == 2:
+        return None if parts[:2] != ["ligerkit", "train"] else LOOP
+    return TRAIN_ROOMS.get(parts[2], LOOP)
+
+
+@pytest.mark.parametrize("name, path", [m for m in _modules() if m[0].startswith("ligerkit.train.")],
+                         ids=[n for n, _ in _modules() if n.startswith("ligerkit.train.")])
+def test_train_s_rooms_import_down(name, path):
+    mine = _train_room(name)
+    upward = [imported for imported in _imports(path) if (_train_room(imported) or 0) > mine]
+    assert not upward, f"{name} (train room {mine}) imports higher rooms: {upward}"
+
+
+def test_train_keeps_at_most_15_modules_at_its_top():
+    top = [p for p in (SRC / "train").glob("*.py")]
+    assert len(top) <= 15, sorted(p.name for p in top)
+    assert set(TRAIN_ROOMS) - {"distributed", "models"} == {p.name for p in (SRC / "train").iterdir()
+                                                           if p.is_dir() and p.name != "__pycache__"}
+
+
 @pytest.mark.parametrize("name, path", _modules(), ids=[n for n, _ in _modules()])
 def test_modules_stay_under_300_lines(name, path):
     assert len(path.read_text().splitlines()) <= 300, name

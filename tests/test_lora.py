@@ -20,11 +20,11 @@ from helpers import torchrun_train
 from ligerkit.loss import FusedLossRefusedError
 from ligerkit.proof.arm_grads import recipe_loss
 from ligerkit.train import Trainer, load_engine, set_up_model
-from ligerkit.train.adapters import add_lora, frozen_fingerprint, perturb_zero_adapters
+from ligerkit.train.recipe.adapters import add_lora, frozen_fingerprint, perturb_zero_adapters
 from ligerkit.errors import ResumeConfigError
-from ligerkit.train.checkpoint_errors import CheckpointError
+from ligerkit.errors import CheckpointError
 from ligerkit.train.config import ConfigError, load_recipe_config
-from ligerkit.train.recompute import is_recomputed, recompute_layers
+from ligerkit.train.memory.checkpointing import is_recomputed, recompute_layers
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
 SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.progress=false", "train.lr=1e-2",
@@ -66,7 +66,7 @@ def test_adapter_checkpoints_hold_the_adapters_and_the_base_hash_and_resume_exac
     saved = tmp_path / "run" / "checkpoints" / "step_0000002"
     meta = json.loads((saved / "meta.json").read_text())
     assert len(meta["frozen_sha256"]) == 64
-    from ligerkit.train.safe_load import METADATA, read_metadata
+    from ligerkit.train.run.safe_load import METADATA, read_metadata
 
     keys = [k for k in read_metadata(saved / METADATA).state_dict_metadata if k.startswith("model.")]
     # no frozen weight in the checkpoint (DCP lists a tied head under its own name: the tiny config ties it)
@@ -200,7 +200,7 @@ def test_the_trainer_trains_with_checkpointing_lora_and_the_fused_loss_to_the_sa
 
 
 def test_the_keys_are_in_the_schema_and_a_resume_may_not_change_them():
-    from ligerkit.train.resume import SAFE_TO_CHANGE
+    from ligerkit.train.run.resume import SAFE_TO_CHANGE
 
     config = load_recipe_config(QWEN3_CPU, ["train.lora={rank: 8}", "train.activation_checkpointing=true"])
     assert config.train.lora.rank == 8 and config.train.lora.target_modules == "all-linear"
@@ -242,7 +242,7 @@ def test_activation_checkpointing_compiles_whole_with_each_layer_and_keeps_the_g
 
 
 def test_the_frozen_fingerprint_is_computed_once_and_only_when_needed(monkeypatch):
-    from ligerkit.train import adapters
+    from ligerkit.train.recipe import adapters
 
     calls = []
     monkeypatch.setattr(adapters, "frozen_fingerprint", lambda model: calls.append(model) or "hash")
@@ -259,7 +259,7 @@ def test_the_adapters_start_the_same_whatever_drew_random_numbers_before_them(mo
     and compile mode's set-up draw random numbers between the build and the adapters. The set-up seeds the
     adapters' own generator, so every arm starts from the same ``A`` factors; the global generator is not
     moved by it."""
-    import ligerkit.train.setup as setup
+    import ligerkit.train.recipe.setup as setup
 
     engine = load_engine(QWEN3_CPU, [*SETS, *LORA])
     plain = {n: p.detach().clone() for n, p in set_up_model(engine, torch.device("cpu")).named_parameters()

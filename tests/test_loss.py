@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from ligerkit.train.config import ConfigError, load_recipe_config
-from ligerkit.train.data import IGNORE_INDEX
+from ligerkit.train.data.batches import IGNORE_INDEX
 from ligerkit.train.step import StepModule
 from ligerkit.train import Trainer, set_up_model
-from ligerkit.train.loading import load_engine
+from ligerkit.train.recipe.loading import load_engine
 from ligerkit.loss import FusedLossRefusedError, fused_linear_token_loss, output_head
 from ligerkit.loss.wiring import check_head_reproduces_logits
 from ligerkit.loss.liger_chunks import CHUNK_TOKENS

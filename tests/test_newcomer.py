@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from ligerkit.cli import app
 from ligerkit.errors import UnknownFamilyError
 from ligerkit.kit.families import get_family
-from ligerkit.train import Trainer, checkpoint, load_engine
+from ligerkit.train import Trainer, load_engine
+from ligerkit.train.run import checkpoint
 from ligerkit.train.config import ConfigError
 from ligerkit.train.stopping import TrainingStopped
 
@@ -207,7 +208,7 @@ def test_a_single_process_checkpoint_save_and_load_print_no_distributed_warning(
     import torch
     from torch import nn
 
-    from ligerkit.train import checkpoint
+    from ligerkit.train.run import checkpoint
     from ligerkit.train.distributed import DistEnv
 
     model = nn.Linear(4, 4)
@@ -224,7 +225,7 @@ def test_a_single_process_checkpoint_save_and_load_print_no_distributed_warning(
 
 
 def test_a_taken_output_dir_offers_resume_only_when_there_is_a_checkpoint(tmp_path):
-    from ligerkit.train.run_dir import RunDirError, open_run_dir
+    from ligerkit.train.run.folder import RunDirError, open_run_dir
 
     taken = tmp_path / "run"
     taken.mkdir()
@@ -254,7 +255,7 @@ def test_suggest_gpu_without_a_gpu_prints_the_cpu_map_then_exits_3(monkeypatch):
 @pytest.mark.parametrize("name", ["qwen3", "recipes/qwen3"])
 def test_a_shipped_recipe_name_resolves_from_any_folder_for_train_smoke_and_bench(tmp_path, monkeypatch, name):
     from ligerkit.proof import arms
-    from ligerkit.train.loading import SHIPPED_RECIPES, config_of
+    from ligerkit.train.recipe.loading import SHIPPED_RECIPES, config_of
 
     monkeypatch.chdir(tmp_path)
     assert config_of(name, gpu=False) == SHIPPED_RECIPES / "qwen3" / "configs" / "cpu.yaml"  # train on a CPU
@@ -262,7 +263,7 @@ def test_a_shipped_recipe_name_resolves_from_any_folder_for_train_smoke_and_benc
 
 
 def test_an_unknown_recipe_lists_the_shipped_ones_with_a_suggestion(tmp_path, monkeypatch):
-    from ligerkit.train.loading import RecipeError, config_of
+    from ligerkit.train.recipe.loading import RecipeError, config_of
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RecipeError, match=r"recipes/qwen33 is neither .* did you mean qwen3\b.*shipped recipe: .*qwen3"):

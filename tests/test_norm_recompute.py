@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train import norm_recompute as N
+from ligerkit.train.memory import norm_recompute as N
 from ligerkit.train.config import ConfigError, load_recipe_config
-from ligerkit.train.resume import SAFE_TO_CHANGE
-from ligerkit.train.saved_recompute import recomputed, same_bits
+from ligerkit.train.run.resume import SAFE_TO_CHANGE
+from ligerkit.train.memory.saved_recompute import recomputed, same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"

@@ -251,7 +251,7 @@ def test_bench_gradient_pass_uses_one_sample_and_turns_out_of_memory_into_advice
                                  "train.arm=null"]
     assert seen["arms"]["liger_compile"].compiled and not seen["arms"]["eager"].compiled
     # the lines load, and the one sample they leave is right-padded
-    from ligerkit.train.loading import load_engine
+    from ligerkit.train.recipe.loading import load_engine
 
     engine = load_engine(GPU_CONFIG, seen["overrides"])
     batch = engine.make_batch(0, engine.config.train.micro_batch_size, 151936)
@@ -305,7 +305,7 @@ def test_a_recipe_folder_resolves_to_its_gpu_config():
 
 def test_compile_flag_compiles_each_decoder_layer():
     from ligerkit.train import Trainer, set_up_model
-    from ligerkit.train.loading import load_engine
+    from ligerkit.train.recipe.loading import load_engine
     import torch
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",

@@ -16,7 +16,7 @@ import torch
 from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.proof import asserts
 from ligerkit.train import Trainer, load_engine, set_up_model
-from ligerkit.train.arms import modules_line
+from ligerkit.train.config.arms import modules_line
 
 RECIPES = sorted(p.parent for p in Path(__file__).resolve().parents[1].glob("recipes/*/configs"))
 

@@ -15,10 +15,12 @@ import pytest
 import torch
 import yaml
 
-from ligerkit.train import Trainer, load_engine, resume
-from ligerkit.train.checkpoint_errors import CheckpointError
-from ligerkit.train.resume import ResumeConfigError
-from ligerkit.train.run_dir import RunDirError
+from ligerkit.train import Trainer, load_engine
+
+from ligerkit.train.run import resume
+from ligerkit.errors import CheckpointError
+from ligerkit.train.run.resume import ResumeConfigError
+from ligerkit.train.run.folder import RunDirError
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
 SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.checkpoint_every=2", "train.progress=false",
@@ -120,7 +122,7 @@ def test_a_finished_run_is_refused_untouched_and_extending_it_keeps_one_summary(
 
 def test_a_live_run_is_not_resumed_by_a_second_process(run):
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from ligerkit.train import resume\n"
+        "import sys, time; from pathlib import Path; from ligerkit.train.run import resume\n"
         f"h = resume.lock(Path({str(run)!r})); print('locked', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -168,7 +170,7 @@ def test_a_recipe_planted_in_a_run_folder_is_never_imported(run):
     config = yaml.safe_load((run / "config.yaml").read_text())
     config["recipe"] = "recipes/evil"  # resolved next to the config: inside the run folder
     (run / "config.yaml").write_text(yaml.safe_dump(config))
-    from ligerkit.train.loading import RecipeError
+    from ligerkit.train.recipe.loading import RecipeError
 
     with pytest.raises(RecipeError, match="inside the run folder .* nothing in a run folder is loaded as code"):
         train(run / "config.yaml", resume_from=run)
@@ -181,6 +183,21 @@ def test_a_run_refused_before_it_starts_leaves_no_folder(tmp_path, monkeypatch):
 
     monkeypatch.setattr("ligerkit.train.trainer.set_up_model", refuse)
     with pytest.raises(RuntimeError, match="refused while building"):
+        train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs' / 'mine'}")
+    assert list(tmp_path.iterdir()) == []  # the folders opening the run made, the empty ones above it included
+    (tmp_path / "runs" / "qwen3-cpu" / "another").mkdir(parents=True)  # folders that were there stay
+    with pytest.raises(RuntimeError, match="refused while building"):
         train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs'}")
-    assert list((tmp_path / "runs").rglob("*")) in ([], [tmp_path / "runs" / "qwen3-cpu"])
-    assert not any(p.is_dir() and p.parent.name == "qwen3-cpu" for p in (tmp_path / "runs").rglob("*"))
+    assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == [
+        "runs", "runs/qwen3-cpu", "runs/qwen3-cpu/another"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="Liger on trains where a GPU is: nothing is refused")
+def test_a_refused_run_does_not_announce_a_run_folder(tmp_path, caplog):
+    import logging
+
+    from ligerkit.errors import LigerNeedsAcceleratorError
+
+    with caplog.at_level(logging.INFO, logger="ligerkit"), pytest.raises(LigerNeedsAcceleratorError):
+        train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs'}", "model.liger_kernel.enabled=true")
+    assert "run folder" not in caplog.text and not (tmp_path / "runs").exists()

@@ -16,8 +16,9 @@ import torch
 
 import run_fixtures as F
 from helpers import torchrun_train
-from ligerkit.train import Trainer, checkpoint, load_engine
-from ligerkit.train.run_dir import RunDirError
+from ligerkit.train import Trainer, load_engine
+from ligerkit.train.run import checkpoint
+from ligerkit.train.run.folder import RunDirError
 from ligerkit.train.stopping import NonFiniteError, TrainingStopped
 
 ROOT = Path(__file__).resolve().parents[1]

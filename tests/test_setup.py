@@ -17,7 +17,7 @@ from ligerkit.errors import LateApplyError, LigerNeedsAcceleratorError
 from ligerkit.hf import build_meta_model, default_config
 from ligerkit.kit import BuiltModel, apply_build_scan
 from ligerkit.train import RecipeEngine, load_engine, set_up_model
-from ligerkit.train import setup as set_up_module
+from ligerkit.train.recipe import setup as set_up_module
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3 = ROOT / "recipes" / "qwen3" / "configs"
@@ -181,17 +181,6 @@ def test_a_set_up_that_fails_after_the_apply_reverts_the_kit_and_keeps_the_engin
     assert engine.model is None and engine.scan is None
 
 
-def test_the_setup_model_alias_delegates_to_set_up_model(monkeypatch):
-    assert "alias" in RecipeEngine.setup_model.__doc__.lower()
-    engine = load_engine(QWEN3 / "cpu.yaml", ["model.liger_kernel.enabled=false"])
-    calls = []
-    monkeypatch.setattr("ligerkit.train.recipe.set_up_model", lambda e, d: calls.append((e, d)) or "built")
-    assert engine.setup_model(torch.device("meta")) == "built" and calls == [(engine, torch.device("meta"))]
-    monkeypatch.undo()
-    model = engine.setup_model(torch.device("meta"))  # the real set-up, through the alias
-    assert engine.model is model and type(model).__name__ == "Qwen3ForCausalLM"
-
-
 # --- every caller goes through them ---
 
 @pytest.fixture
@@ -200,10 +189,10 @@ def path_calls(monkeypatch):
     import ligerkit.integrations.model
     import ligerkit.plan
     import ligerkit.proof.recipe_grads
-    import ligerkit.train.setup
+    import ligerkit.train.recipe.setup
 
     calls: list[str] = []
-    for module in (ligerkit.integrations.model, ligerkit.plan, ligerkit.proof.recipe_grads, ligerkit.train.setup):
+    for module in (ligerkit.integrations.model, ligerkit.plan, ligerkit.proof.recipe_grads, ligerkit.train.recipe.setup):
         def counted(*args, _name=module.__name__, **kwargs):
             calls.append(_name)
             return apply_build_scan(*args, **kwargs)
@@ -233,7 +222,7 @@ def test_the_trainer_and_the_proofs_set_up_through_set_up_model(path_calls):
         asserts.record_prepare(engine)
     finally:
         engine.liger_kit.revert()
-    assert path_calls == ["ligerkit.train.setup"]
+    assert path_calls == ["ligerkit.train.recipe.setup"]
 
 
 def test_a_failed_load_model_build_reverts_through_the_shared_path(path_calls):

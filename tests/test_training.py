@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from ligerkit.train.config import ConfigError, load_recipe_config, validate_config
-from ligerkit.train.data import IGNORE_INDEX, ByteTokenizer, text_batch
+from ligerkit.train.data.batches import IGNORE_INDEX, ByteTokenizer, text_batch
 from ligerkit.loss import token_loss_sum
 from ligerkit.train import Trainer, set_up_model
 from ligerkit.train.step import StepModule
-from ligerkit.train.loading import load_engine
+from ligerkit.train.recipe.loading import load_engine
 from helpers import GradCapture, torchrun_train
 
 ROOT = Path(__file__).resolve().parents[1]

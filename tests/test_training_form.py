@@ -14,9 +14,9 @@ from torch import nn
 from ligerkit.probe.aliasing import in_place_hazard
 from ligerkit.probe.training_form import TrainingForm, checked_in_form, current_form
 from ligerkit.train import load_engine, set_up_model
-from ligerkit.train.recipe import RecipeEngine
-from ligerkit.train.recompute import is_recomputed
-from ligerkit.train.setup import training_form
+from ligerkit.train.recipe.engine import RecipeEngine
+from ligerkit.train.memory.checkpointing import is_recomputed
+from ligerkit.train.recipe.setup import training_form
 from toy_models import modeling_layouts as L
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"

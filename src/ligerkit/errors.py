@@ -165,6 +165,15 @@ class HelperFailedError(LigerKitError):
     """Liger's own family helper raised (often a transformers version it does not support)."""
 
 
+class MissingExtraError(LigerKitError):
+    """A config key needs an optional dependency that is not installed: ``extra`` names the package extra
+    that brings it (``pip install -e '.[lora]'``), ``key`` the config key that needs it."""
+
+    def __init__(self, message: str, extra: str, key: str):
+        super().__init__(message)
+        self.extra, self.key = extra, key
+
+
 class InvalidOptionError(LigerKitError):
     """An option value is malformed (a ``modules`` value, a command-line option)."""
 
@@ -207,9 +216,6 @@ class RevertedKitError(LigerKitError):
 class LigerNeedsAcceleratorError(LigerKitError):
     """Liger is enabled but its kernels cannot run here (no CUDA GPU or NPU, or a CPU device): a recipe
     with ``model.liger_kernel.enabled``, a CPU forward that reaches a Liger kernel, ``smoke``/``bench``."""
-
-
-NoAcceleratorError = LigerNeedsAcceleratorError  # the name ligerkit.proof.arms gave it: an alias, one class
 
 
 class TrainerConflictError(LigerKitError):

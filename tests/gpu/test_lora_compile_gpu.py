@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ligerkit.train.compile import reset_compiled
-from ligerkit.train.loading import load_engine
+from ligerkit.train.recipe.loading import load_engine
 from ligerkit.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,7 +34,7 @@ def test_bench_measures_liger_faster_than_eager(tmp_path):
 @pytest.mark.gpu
 def test_the_engine_uses_fused_adamw_on_cuda():
     from ligerkit.train import Trainer, set_up_model
-    from ligerkit.train.loading import load_engine
+    from ligerkit.train.recipe.loading import load_engine
 
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml", ["model.liger_kernel.enabled=false"])
     model = set_up_model(engine, torch.device("cuda"))
@@ -47,7 +47,7 @@ def test_the_engine_uses_fused_adamw_on_cuda():
 @pytest.mark.gpu
 def test_deterministic_training_repeats_bit_for_bit():
     from ligerkit.train import Trainer
-    from ligerkit.train.loading import load_engine
+    from ligerkit.train.recipe.loading import load_engine
 
     runs = []
     for _ in range(2):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ligerkit.proof.syncs import SyncCounter
-from ligerkit.train.arms import ARMS
-from ligerkit.train.loading import load_engine
+from ligerkit.train.config.arms import ARMS
+from ligerkit.train.recipe.loading import load_engine
 from ligerkit.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

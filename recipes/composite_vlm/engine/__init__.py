@@ -16,8 +16,8 @@ from transformers import Qwen3Config
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.train import RecipeEngine
 from ligerkit.train.config import ConfigError
-from ligerkit.train.config_checks import build_config
-from ligerkit.train.data import multimodal_batch
+from ligerkit.train.config.checks import build_config
+from ligerkit.train.data.batches import multimodal_batch
 from ligerkit.train.models import resolve_dtype
 from recipes.composite_vlm.data import make_batch
 from recipes.composite_vlm.model.modeling_composite import CompositeVLM, CompositeVLMConfig

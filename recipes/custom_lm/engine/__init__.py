@@ -13,7 +13,7 @@ from liger_kernel.transformers.rms_norm import LigerRMSNormForGemma2
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
 from ligerkit import LigerKernelKit, LigerPatch
-from ligerkit.train.custom_model import CustomModelEngine
+from ligerkit.train.recipe.custom_model import CustomModelEngine
 from recipes.custom_lm.model.modeling_custom_lm import CustomLMConfig, CustomLMForCausalLM
 
 MODELING = "recipes.custom_lm.model.modeling_custom_lm"

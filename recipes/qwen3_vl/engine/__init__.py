@@ -13,7 +13,7 @@ import torch
 
 from ligerkit import LigerKernelKit
 from ligerkit.train import RecipeEngine
-from ligerkit.train.data import multimodal_batch
+from ligerkit.train.data.batches import multimodal_batch
 from recipes.qwen3_vl.data import make_batch
 
 

@@ -13,7 +13,7 @@ from liger_kernel.transformers.rope import liger_rotary_pos_emb
 from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
 from ligerkit import LigerKernelKit, LigerPatch
-from ligerkit.train.custom_model import CustomModelEngine
+from ligerkit.train.recipe.custom_model import CustomModelEngine
 from recipes.vendored_llm.model.modeling_vendored_llama import VendoredLlamaConfig, VendoredLlamaForCausalLM
 
 MODELING = "recipes.vendored_llm.model.modeling_vendored_llama"

@@ -164,7 +164,7 @@ def test_the_official_llama_route_cannot_reach_the_vendored_copy():
 
     from ligerkit import LigerKernelKit
     from ligerkit.train.config import load_recipe_config
-    from ligerkit.train.loading import load_engine
+    from ligerkit.train.recipe.loading import load_engine
 
     recipe = Path(__file__).resolve().parents[1]
     engine = load_engine(recipe / "configs" / "cpu.yaml")

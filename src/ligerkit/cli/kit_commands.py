@@ -239,6 +239,8 @@ def check(
                 out.print(f"loss path: {plan.loss_path}", markup=False, soft_wrap=True)
                 if plan.training is not None:
                     out.print(f"training: {plan.training}", markup=False, soft_wrap=True)
+                for note in plan.notes:
+                    out.print(f"note: {note}", markup=False, soft_wrap=True)
                 if plan.report is not None and plan.scan is not None:
                     render_report(plan.report, out)
                     render_scan(plan.scan, plan.model_class or "?", plan.config, len(plan.report.unproven))

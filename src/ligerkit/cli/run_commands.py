@@ -20,7 +20,7 @@ from ligerkit.cli.common import (
     tolerance,
 )
 
-# ligerkit.train.arms.DEFAULT_ARMS, spelled out: importing it would import torch to show --help
+# ligerkit.train.config.arms.DEFAULT_ARMS, spelled out: importing it would import torch to show --help
 _ALL_ARMS = "eager,liger,liger_fused,compile,liger_compile,compile_fused,liger_compile_fused"
 
 
@@ -92,8 +92,8 @@ def _train_config(config: str | None, resume: str | None) -> str:
 
     from ligerkit.environment import accelerator
     from ligerkit.errors import InvalidOptionError
-    from ligerkit.train.loading import config_of
-    from ligerkit.train.paths import check_path
+    from ligerkit.train.recipe.loading import config_of
+    from ligerkit.train.config.paths import check_path
 
     for option, value in (("CONFIG", config), ("--resume", resume)):
         try:
@@ -104,7 +104,7 @@ def _train_config(config: str | None, resume: str | None) -> str:
     if config is None:
         if resume is None:
             raise InvalidOptionError("give a config (or a recipe folder) to train, or --resume RUN_DIR")
-        from ligerkit.train.run_files import CONFIG_FILE
+        from ligerkit.train.config.run_files import CONFIG_FILE
 
         return str(Path(resume) / CONFIG_FILE)
     return str(config_of(config, gpu=accelerator() is not None))

@@ -5,7 +5,6 @@
 - :func:`token_loss`: the token-normalized causal-LM loss of a transformers model, fused (logits
   never built) or standard, for Accelerate and plain PyTorch loops.
 - :class:`LigerKitCallback`, :class:`FusedLossTrainer`: Hugging Face Trainer (needs transformers).
-  ``FusedTokenLossTrainer`` and ``FusedTokenLossMixin`` are aliases (the names before the rename).
 - :class:`LigerKitSFTTrainer`: TRL's ``SFTTrainer`` with the fused loss (needs ``trl``).
 
 Examples for each are in ``examples/``; ``docs/integrations.md`` walks through them.
@@ -21,8 +20,7 @@ from ligerkit.integrations.model import LigerKitHandle, attach, kit_of, load_mod
 __all__ = ["FusedLossMixin", "FusedLossTrainer", "LigerKitCallback", "LigerKitHandle", "LigerKitSFTTrainer",
            "attach", "kit_of", "load_model", "refuse_trainer_liger", "token_loss", "unwrap"]
 
-_LAZY = {"FusedLossMixin": "hf_trainer", "FusedLossTrainer": "hf_trainer", "FusedTokenLossMixin": "hf_trainer",
-         "FusedTokenLossTrainer": "hf_trainer", "LigerKitCallback": "hf_trainer",
+_LAZY = {"FusedLossMixin": "hf_trainer", "FusedLossTrainer": "hf_trainer", "LigerKitCallback": "hf_trainer",
          "refuse_trainer_liger": "hf_trainer", "LigerKitSFTTrainer": "trl"}
 
 

@@ -182,6 +182,3 @@ class FusedLossMixin:
 class FusedLossTrainer(FusedLossMixin, Trainer):
     """``transformers.Trainer`` whose causal-LM loss never builds the logits (same loss, same gradients)."""
 
-
-# Aliases: the names before the rename to "fused loss", kept for earlier callers.
-FusedTokenLossMixin, FusedTokenLossTrainer = FusedLossMixin, FusedLossTrainer

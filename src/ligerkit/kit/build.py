@@ -1,7 +1,7 @@
 """One apply-build-scan path: apply the kit, build the model, scan it; on any error, undo this call's swaps.
 
 ``load_model`` (``ligerkit.integrations``), ``plan`` and the trainer's set-up
-(``ligerkit.train.setup``, which the proofs call too) all go through :func:`apply_build_scan`::
+(``ligerkit.train.recipe.setup``, which the proofs call too) all go through :func:`apply_build_scan`::
 
     def apply_and_build():
         kit.apply(model_family="qwen3")                   # zero or more apply calls, then the build

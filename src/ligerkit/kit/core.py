@@ -60,9 +60,6 @@ def scanned_by(model: nn.Module) -> tuple[LigerKernelKit, ScanResult] | None:
     return (kit(), scan) if kit() is not None else None
 
 
-verified_by = scanned_by  # alias of scanned_by, kept for callers written before the rename
-
-
 class LigerKernelKit:
     """Applies Liger kernels through one ledger; see the module docstring for the routes."""
 
@@ -268,10 +265,6 @@ class LigerKernelKit:
         self._guards[model] = guard
         _SCANNED[model] = (weakref.ref(self), scan)
         return scan
-
-    def verify(self, model: Any, strict: bool = True) -> ScanResult:
-        """Alias of :meth:`scan` (its name before the rename), kept for earlier callers."""
-        return self.scan(model, strict)
 
     def _stale_swaps(self, model: nn.Module) -> list[Entry]:
         """Reverted swaps whose replacement class the model still holds (and no live swap explains)."""

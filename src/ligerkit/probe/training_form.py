@@ -9,7 +9,7 @@ model the same way (:attr:`TrainingForm.adapt`) before comparing gradients. The 
 of the verdict cache's key and of the verdict's reason, so a verdict says the form it was found in and
 is never reused for another.
 
-The probe layer knows nothing of LoRA: the trainer passes the steps (``ligerkit.train.setup``).
+The probe layer knows nothing of LoRA: the trainer passes the steps (``ligerkit.train.recipe.setup``).
 """
 
 from __future__ import annotations

@@ -23,13 +23,13 @@ from torch._dynamo.utils import counters
 from ligerkit.loss import valid_tokens
 from ligerkit.probe.tolerance import relative_error
 from ligerkit.proof.grads import gradients
-from ligerkit.train.adapters import perturb_zero_adapters
+from ligerkit.train.recipe.adapters import perturb_zero_adapters
 from ligerkit.train.compile import compile_layers, reset_compiled
-from ligerkit.train.loading import load_engine
+from ligerkit.train.recipe.loading import load_engine
 from ligerkit.train.models import resolve_dtype
-from ligerkit.train.recipe import RecipeEngine
-from ligerkit.train.saved_recompute import recomputed
-from ligerkit.train.setup import set_up_model
+from ligerkit.train.recipe.engine import RecipeEngine
+from ligerkit.train.memory.saved_recompute import recomputed
+from ligerkit.train.recipe.setup import set_up_model
 from ligerkit.train.step import device_batch
 
 LIGER_OFF = ("model.liger_kernel.enabled=false",)

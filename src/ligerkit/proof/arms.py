@@ -18,8 +18,7 @@ from typing import Any
 
 from ligerkit.environment import accelerator
 from ligerkit.errors import ArmFailedError, LigerKitError, LigerNeedsAcceleratorError
-from ligerkit.errors import NoAcceleratorError  # noqa: F401 (the old name of LigerNeedsAcceleratorError, re-exported)
-from ligerkit.train.loading import config_of
+from ligerkit.train.recipe.loading import config_of
 
 NO_GPU_EXIT = 3
 Runner = Callable[..., dict[str, Any]]

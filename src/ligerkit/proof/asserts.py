@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ligerkit.train.config import RecipeConfig, load_recipe_config
-from ligerkit.train.loading import load_recipe
-from ligerkit.train.recipe import RecipeEngine
-from ligerkit.train.setup import set_up_model
+from ligerkit.train.recipe.loading import load_recipe
+from ligerkit.train.recipe.engine import RecipeEngine
+from ligerkit.train.recipe.setup import set_up_model
 
 REQUIRED = ("README.md", "configs", "engine/__init__.py", "tests", "tests/skills/liger-kernel/asserts.py")
 

@@ -1,6 +1,6 @@
 """``ligerkit bench``: eager, Liger, Liger + fused loss and torch.compile arms, side by side, and a pick.
 
-Each arm (``ligerkit.train.arms``) is its own training process from the same config, seed and data;
+Each arm (``ligerkit.train.config.arms``) is its own training process from the same config, seed and data;
 warm-up steps are excluded; the median step gives tokens/s, and the run's peak memory and median MFU
 are reported, with ratios against the eager arm measured in the same invocation. With ``repeats``
 > 1 the arms run in rounds (every arm once per round, eager first); an arm's speed and MFU are the
@@ -38,7 +38,7 @@ from ligerkit.proof.recommend import (
     recommend,
     training_lines,
 )
-from ligerkit.train.arms import ARMS, DEFAULT_ARMS, is_compiled
+from ligerkit.train.config.arms import ARMS, DEFAULT_ARMS, is_compiled
 from ligerkit.train.config import ConfigError, load_recipe_config
 
 __all__ = ["ARMS", "DEFAULT_ARMS", "DEFAULT_LOSS_TOLERANCE", "GradientsFn", "add_ratios", "arm_overrides", "bench",

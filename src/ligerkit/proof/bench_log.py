@@ -25,7 +25,7 @@ from typing import Any
 from ligerkit.errors import LigerKitError, RecipeError
 from ligerkit.probe.verdict_cache import code_version, source_digest, versions
 from ligerkit.train.config.loading import raw_config
-from ligerkit.train.loading import recipe_root
+from ligerkit.train.recipe.loading import recipe_root
 
 LOG_NAME = "bench_runs.jsonl"
 

@@ -12,7 +12,7 @@ OUT_OF_MEMORY_MARKS = ("out of memory", "outofmemoryerror")
 """Lower-case text whose presence in a failed run's error output means the allocator ran out."""
 
 REFUSED_MARKS = ("this config needs at least",)
-"""Lower-case text of the footprint check's refusal (``ligerkit.train.footprint``): too big before any
+"""Lower-case text of the footprint check's refusal (``ligerkit.train.recipe.footprint``): too big before any
 allocation."""
 
 

@@ -42,7 +42,7 @@ from torch import nn
 
 from ligerkit.probe.tolerance import GradTolerance, relative_error
 from ligerkit.proof.routes import Routes, Routing, differing, recording_routes, replaying_routes
-from ligerkit.train.adapters import perturb_zero_adapters
+from ligerkit.train.recipe.adapters import perturb_zero_adapters
 
 Build = Callable[[], nn.Module]
 Loss = Callable[[nn.Module], torch.Tensor]

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from ligerkit.train.config import load_recipe_config
-from ligerkit.train.adapters import training_line
+from ligerkit.train.recipe.adapters import training_line
 from ligerkit.train.config import RecipeConfig
-from ligerkit.train.loading import SHIPPED_RECIPES, Recipe, load_recipe, named_recipe, shipped_names
-from ligerkit.train.setup import set_up_model
-from ligerkit.errors import LigerKitError
+from ligerkit.train.recipe.loading import SHIPPED_RECIPES, Recipe, load_recipe, named_recipe, shipped_names
+from ligerkit.train.recipe.setup import set_up_model
+from ligerkit.errors import LigerKitError, MissingExtraError
 from ligerkit.kit.report import LigerKernelReport
 from ligerkit.kit.scan import ScanResult
 from ligerkit.proof.asserts import structure_problems
@@ -37,6 +37,7 @@ class ConfigPlan:
     model_class: str | None = None
     loss_path: str | None = None
     training: str | None = None
+    notes: list[str] = field(default_factory=list)  # what was checked otherwise, and why (a missing extra)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class CheckResult:
             "problems": self.problems,
             "plans": [
                 {"config": p.config, "liger_enabled": p.liger_enabled, "model_class": p.model_class,
-                 "loss_path": p.loss_path, "training": p.training,
+                 "loss_path": p.loss_path, "training": p.training, "notes": p.notes,
                  "report": p.report.to_dict() if p.report else None,
                  "scan": p.scan.to_dict() if p.scan else None}
                 for p in self.plans
@@ -121,14 +122,20 @@ def check_recipe(path: str | Path | None = None, progress: Callable[[str], None]
         plan = ConfigPlan(config_path.name, config.model.liger_kernel.enabled)
         result.plans.append(plan)
         problem = _plan_config(recipe, config, plan)
+        if isinstance(problem, MissingExtraError):  # checked without the key that needs it; a note, not a problem
+            plan.notes.append(f"needs the `{problem.extra}` extra (pip install -e '.[{problem.extra}]'), which is "
+                              f"not installed: checked without {problem.key}")
+            problem = _plan_config(recipe, load_recipe_config(config_path, [f"{problem.key}=null"]), plan)
+            problem = f"{type(problem).__name__}: {problem}" if isinstance(problem, MissingExtraError) else problem
         if problem:
             result.problems.append(f"{config_path.name}: {problem}")
         say(f"{step}: {'a problem (listed at the end)' if problem else 'ok'} in {time.perf_counter() - started:.1f} s")
     return result
 
 
-def _plan_config(recipe: Recipe, config: RecipeConfig, plan: ConfigPlan) -> str | None:
-    """Set one config's model up on the meta device, filling ``plan``; return its problem, if any.
+def _plan_config(recipe: Recipe, config: RecipeConfig, plan: ConfigPlan) -> str | MissingExtraError | None:
+    """Set one config's model up on the meta device, filling ``plan``; return its problem, if any (a
+    :class:`~ligerkit.errors.MissingExtraError` as it is: the caller checks the rest without its key).
 
     A ligerkit error is reported as it is; anything else the recipe's own code raises (a model that
     does not build from its config, a hook that fails) is reported with its type, so one broken
@@ -146,6 +153,8 @@ def _plan_config(recipe: Recipe, config: RecipeConfig, plan: ConfigPlan) -> str 
             if plan.scan is not None and plan.scan.unused:
                 return f"swaps the model never uses: {plan.scan.unused}"
         return None
+    except MissingExtraError as exc:
+        return exc
     except LigerKitError as exc:
         return f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # the recipe's own code failed: reported, never a traceback

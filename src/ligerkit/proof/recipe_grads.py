@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from ligerkit.train.models import resolve_dtype
-from ligerkit.train.loading import load_engine
-from ligerkit.train.setup import set_up_model
+from ligerkit.train.recipe.loading import load_engine
+from ligerkit.train.recipe.setup import set_up_model
 from ligerkit.kit.build import apply_build_scan
 from ligerkit.kit.core import LigerKernelKit
 from ligerkit.kit.custom import CustomPatches, LigerPatch

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ligerkit.probe.tolerance import GradTolerance
-from ligerkit.train.arms import ARMS, REFERENCE_ARM, config_lines, is_compiled
+from ligerkit.train.config.arms import ARMS, REFERENCE_ARM, config_lines, is_compiled
 from ligerkit.train.config import TrainConfig
 
 COMPILED_REFERENCE = "compile"

@@ -2,10 +2,10 @@
 sets a recipe's model up with ``set_up_model``."""
 
 from ligerkit.train.config import RecipeConfig, load_recipe_config
-from ligerkit.train.loading import Recipe, load_engine, load_recipe
-from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.recipe.loading import Recipe, load_engine, load_recipe
+from ligerkit.train.recipe.engine import RecipeEngine
 from ligerkit.train.result import TrainResult
-from ligerkit.train.setup import set_up_model
+from ligerkit.train.recipe.setup import set_up_model
 from ligerkit.train.trainer import Trainer
 
 __all__ = ["Recipe", "RecipeConfig", "RecipeEngine", "TrainResult", "Trainer", "load_engine", "load_recipe",

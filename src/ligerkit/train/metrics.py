@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-from ligerkit.train.run_dir import finite
+from ligerkit.train.run.folder import finite
 
 log = logging.getLogger("ligerkit.train")
 

@@ -13,7 +13,7 @@ import torch
 from ligerkit.errors import ModelBuildError
 from ligerkit.hf import build_model
 from ligerkit.train.config import ModelConfig
-from ligerkit.train.config_checks import build_config, config_class_for
+from ligerkit.train.config.checks import build_config, config_class_for
 
 
 def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:

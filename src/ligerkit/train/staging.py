@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ligerkit.loss import valid_tokens
-from ligerkit.train.recipe import Batch
+from ligerkit.train.recipe.engine import Batch
 from ligerkit.train.step import device_batch
 
 

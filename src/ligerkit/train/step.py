@@ -11,8 +11,8 @@ from torch import nn
 from ligerkit.errors import LigerKitError
 from ligerkit.loss import LossPath
 from ligerkit.naming import IGNORE_INDEX
-from ligerkit.train import glu_recompute, norm_recompute
-from ligerkit.train.saved_recompute import recomputed
+from ligerkit.train.memory import glu_recompute, norm_recompute
+from ligerkit.train.memory.saved_recompute import recomputed
 
 Batch = dict[str, torch.Tensor]
 log = logging.getLogger("ligerkit.train")

@@ -19,23 +19,23 @@ from typing import IO, Any
 import torch
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train import checkpoint, resume, run_dir
-from ligerkit.train.adapters import fingerprint_when_needed, training_line
+from ligerkit.train.run import checkpoint, resume, folder as run_dir
+from ligerkit.train.recipe.adapters import fingerprint_when_needed, training_line
 from ligerkit.train import distributed as D
 from ligerkit.train.distributed import pick_device, use_deterministic_algorithms
 from ligerkit.train.compile import compile_layers
 from ligerkit.train.config.compile_mode import COMPILED
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
-from ligerkit.train.recipe import Batch, RecipeEngine
+from ligerkit.train.recipe.engine import Batch, RecipeEngine
 from ligerkit.train.result import TrainResult
-from ligerkit.train.run_dir import RunDirError
-from ligerkit.train.setup import set_up_model
+from ligerkit.train.run.folder import RunDirError
+from ligerkit.train.recipe.setup import set_up_model
 from ligerkit.train.staging import StagedData
 from ligerkit.train.step import StepModule, as_float, dropout_seed, total_norm
 from ligerkit.train.update import clip_to, update
 from ligerkit.train.stopping import EXIT_CODES, STOPPED_AFTER_STEPS, TrainingStopped, graceful_signals
-from ligerkit.train.run_files import METRICS_FILE
+from ligerkit.train.config.run_files import METRICS_FILE
 
 log = logging.getLogger("ligerkit.train")
 
@@ -44,7 +44,7 @@ class Trainer:
     """Trains one recipe (a :class:`RecipeEngine`) for ``train.steps`` optimizer steps.
 
     ``resume`` is a run folder to continue from its newest intact checkpoint, with the config it
-    trained with (``ligerkit.train.resume``); ``init_from`` starts a new run from the model weights
+    trained with (``ligerkit.train.run.resume``); ``init_from`` starts a new run from the model weights
     of a run folder's newest intact checkpoint, or of one ``checkpoints/step_N`` folder.
     """
 
@@ -61,12 +61,8 @@ class Trainer:
         self.resume_seconds: float | None = None
         self._lock: IO[str] | None = None
         self._stepped = False  # whether the training loop began (a failure before it leaves no run folder)
+        self._existed: Path | None = None  # the deepest folder there before this run's was made
         self._frozen: Callable[[], str | None] = lambda: None  # the frozen weights' hash (train.lora), once built
-
-    @property
-    def recipe(self) -> RecipeEngine:
-        """Alias of :attr:`engine` (the recipe engine this trainer runs), its name before the rename."""
-        return self.engine
 
     def train(self, device: torch.device | None = None) -> TrainResult:
         """Set everything up in order, train, log each step; the kit is reverted at the end."""
@@ -86,7 +82,7 @@ class Trainer:
             self.engine.liger_kit.revert()
             D.shutdown(self.env, barrier=clean)
             if not clean and self.resume is None and self.env.main and self.run is not None and not self._stepped:
-                resume.discard_unstarted(self.run)  # a run refused before its first step leaves no folder behind
+                resume.discard_unstarted(self.run, self._existed)  # refused before its first step: no folder left
             if self._lock is not None:  # released after the folder is gone: no other process sees it half-removed
                 self._lock.close()  # the OS would drop it at exit anyway
                 self._lock = None
@@ -100,6 +96,7 @@ class Trainer:
 
     def _open_run(self) -> Path:
         t = self.config.train
+        self._existed = resume.deepest_existing(Path(t.output_dir or Path(t.runs_dir) / self.config.name))
         path, self._lock = resume.open_run(t.output_dir, t.runs_dir, self.config.name, self.resume, self.env,
                                            self.resolved_config)
         return path
@@ -108,12 +105,12 @@ class Trainer:
         t, main = self.config.train, self.env.main
         self.engine.check_footprint(device)  # a config that cannot fit is refused before its folder exists
         self.run = self._open_run()
-        if main:
+        model = set_up_model(self.engine, device)
+        self.engine.check_loss_path(model, device)  # a refused loss path leaves no run folder
+        if main:  # announced once the checks that can refuse the run have passed
             log.info("%s: %d steps on %s x %d, Liger %s, loss %s, compile %s; run folder %s", self.config.name, t.steps,
                      device, self.env.world_size, "on" if self.engine.liger_enabled else "off", self.engine.loss.name,
                      t.compile, self.run)
-        model = set_up_model(self.engine, device)
-        self.engine.check_loss_path(model, device)  # a refused loss path leaves no run folder
         report = self.engine.liger_kit.report if self.engine.liger_kit.active else None
         if main and report is not None:
             log.info("Liger:\n%s", report)

@@ -3,7 +3,7 @@
 Every problem is a :class:`ConfigError` naming the key and the fix: an unknown key gets the closest
 known ones ("did you mean"), and common names from other trainers (``learning_rate``) point to ours.
 
-``train.arm: NAME`` (a ``ligerkit bench`` arm, ``ligerkit.train.arms``) is expanded here, after the
+``train.arm: NAME`` (a ``ligerkit bench`` arm, ``ligerkit.train.config.arms``) is expanded here, after the
 overrides and before validation: the arm's lines fill its keys, and a key the file or a ``--set``
 already gives another value is an error naming both (never a silent winner).
 """
@@ -21,12 +21,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ligerkit.errors import ConfigError
-from ligerkit.train.arms import ARMS
+from ligerkit.train.config.arms import ARMS
 from ligerkit.train.config.compile_mode import same_value
 from ligerkit.train.config.schema import RecipeConfig
-from ligerkit.train.paths import check_path
+from ligerkit.train.config.paths import check_path
 from ligerkit.train.config.yaml_bounds import YamlBoundError, load_bounded
-from ligerkit.train.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
+from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
 
 
 def config_errors(source: str, problems: Sequence[str]) -> ConfigError:
@@ -198,7 +198,7 @@ def apply_arm(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[
     """Expand ``train.arm: NAME`` into the arm's override lines (a copy of ``data``; unchanged without one).
 
     A key the arm sets that ``data`` already holds must have the arm's value: anything else is a
-    :class:`ConfigError` naming both, as is an arm name that is not in ``ligerkit.train.arms.ARMS``.
+    :class:`ConfigError` naming both, as is an arm name that is not in ``ligerkit.train.config.arms.ARMS``.
     ``source`` (the file) and ``overrides`` (the ``--set`` lines already applied) only name where a
     conflicting value came from.
     """

@@ -22,7 +22,7 @@ from ligerkit.naming import LOSS_MODULES
 from ligerkit.train.config.compile_mode import TRACE_NEEDS_LIGER, CompileMode, map_old_keys, recorded_trace_as_ops
 from ligerkit.train.config.lora import LoraConfig
 from ligerkit.train.config.strict import Float, Int, Strict
-from ligerkit.train.paths import check_name, check_path, check_run_folder
+from ligerkit.train.config.paths import check_name, check_path, check_run_folder
 
 
 class LigerKernelConfig(Strict):
@@ -165,10 +165,10 @@ class TrainConfig(Strict):
         "fused loss): less memory, about one more forward of compute")
     recompute_glu_product: bool = Field(False, description="keep the inputs of Liger's SwiGLU/GeGLU, not their "
         "product, and run its elementwise kernel again in backward: the same gradients bit for bit, one MLP activation "
-        "less per layer (ligerkit.train.glu_recompute; with Liger on: train.compile off, no activation checkpointing)")
+        "less per layer (ligerkit.train.memory.glu_recompute; with Liger on: train.compile off, no activation checkpointing)")
     recompute_norm_output: bool = Field(False, description="make Liger's RMSNorm outputs (and its rotary over q and "
         "k norms) again in backward instead of keeping them: the same gradients bit for bit, checked on the first "
-        "forward (ligerkit.train.norm_recompute; with Liger on: train.compile off, no activation checkpointing)")
+        "forward (ligerkit.train.memory.norm_recompute; with Liger on: train.compile off, no activation checkpointing)")
     log_every: Int = Field(10, gt=0, description="steps between log lines when no progress bar is shown "
                            "(output that is not a terminal: pipes, nohup, CI)")
     fused_adamw: bool = Field(
@@ -186,7 +186,7 @@ class TrainConfig(Strict):
         "padding"
     )
     arm: str | None = Field(
-        None, description="a named arm of `ligerkit bench` (the table in ligerkit.train.arms, e.g. "
+        None, description="a named arm of `ligerkit bench` (the table in ligerkit.train.config.arms, e.g. "
         "liger_fused); the loader sets the arm's keys (model.liger_kernel.enabled, train.loss.path, "
         "train.compile), and a key this config or --set gives another value is an error"
     )

@@ -23,7 +23,6 @@ recipes' asserts read them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -34,12 +33,11 @@ from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.hf import hidden_width
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.probe.training_form import TrainingForm, checked_in_form
-from ligerkit.train.adapters import add_lora, linear_names, perturb_zero_adapters
+from ligerkit.train.recipe.adapters import add_lora, linear_names, perturb_zero_adapters
 from ligerkit.train.models import disable_kv_cache
-from ligerkit.train.recompute import recompute_layers
+from ligerkit.train.memory.checkpointing import recompute_layers
 
-if TYPE_CHECKING:  # recipe.py imports this module (its setup_model alias delegates here)
-    from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.recipe.engine import RecipeEngine
 
 
 def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:

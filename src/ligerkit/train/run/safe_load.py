@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, StorageMeta
 
-from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
+from ligerkit.errors import CheckpointError, CheckpointFileError
 
 METADATA = ".metadata"
 

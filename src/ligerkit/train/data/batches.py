@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ligerkit.train.config import DataConfig
-from ligerkit.train.files import DataError, tokenized
+from ligerkit.train.data.files import DataError, tokenized
 from ligerkit.naming import IGNORE_INDEX
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2

@@ -9,7 +9,7 @@ few lines of its own ``prepare_model``::
                 self.liger_kit.apply(**self.official_liger())          # before the model exists
             return self.build_model(device)
 
-The trainer runs any recipe: its set-up (``ligerkit.train.setup.set_up_model``) refuses Liger on a
+The trainer runs any recipe: its set-up (``ligerkit.train.recipe.setup.set_up_model``) refuses Liger on a
 machine without an accelerator, checks the footprint, seeds, calls ``prepare_model`` (apply, then build),
 then scans the built model and leaves it here as ``model`` and its scan as ``scan``. Hooks a recipe may
 override: ``model_config``, ``validate``, ``check_footprint``, ``prepare_model``, ``build_model``,
@@ -31,12 +31,11 @@ from ligerkit.kit import LigerKernelKit, ScanResult
 from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors
-from ligerkit.train.config_checks import check_modules, check_paths, problems_of
-from ligerkit.train.data import text_batch
+from ligerkit.train.config.checks import check_modules, check_paths, problems_of
+from ligerkit.train.data.batches import text_batch
 from ligerkit.train.distributed import DistEnv
-from ligerkit.train.footprint import Footprint, check_footprint
+from ligerkit.train.recipe.footprint import Footprint, check_footprint
 from ligerkit.train.models import build_transformers_model, transformers_config
-from ligerkit.train.setup import set_up_model
 
 Batch = dict[str, torch.Tensor]
 
@@ -52,11 +51,6 @@ class RecipeEngine:
         self.loss = make_loss(config.train.loss.path, config.train.loss.chunk_tokens)
         self.scan: ScanResult | None = None
         self.model: nn.Module | None = None
-
-    @property
-    def kit(self) -> LigerKernelKit:
-        """Alias of ``liger_kit``, kept for callers written before the rename; use ``liger_kit``."""
-        return self.liger_kit
 
     @property
     def compile_mode(self) -> bool:
@@ -82,7 +76,7 @@ class RecipeEngine:
     @property
     def recompute_table(self) -> dict[str, Any]:
         """The outputs this engine's training recomputes in backward (``norm_recompute.recompute_table``)."""
-        from ligerkit.train.norm_recompute import recompute_table
+        from ligerkit.train.memory.norm_recompute import recompute_table
 
         return recompute_table(self.recomputes_glu_products, self.recomputes_norm_outputs)
 
@@ -139,7 +133,7 @@ class RecipeEngine:
 
     def check_footprint(self, device: torch.device) -> Footprint:
         """Refuse, before anything is allocated, a config whose memory lower bound exceeds ``device`` (per
-        rank) or host memory, or whose steps need too many samples (:mod:`ligerkit.train.footprint`)."""
+        rank) or host memory, or whose steps need too many samples (:mod:`ligerkit.train.recipe.footprint`)."""
         model_config = self.model_config()
         if model_config is None and self.config.model.source == "pretrained":
             from transformers import AutoConfig
@@ -196,9 +190,3 @@ class RecipeEngine:
         vocab = model.get_output_embeddings().weight.shape[0]
         batch = {k: v.to(device) for k, v in self.make_batch(0, 1, vocab).items()}
         self.loss.check(self, model, batch)
-
-    # ----- the alias ----------------------------------------------------------------------------
-    def setup_model(self, device: torch.device) -> nn.Module:
-        """Alias of :func:`ligerkit.train.setup.set_up_model` (``set_up_model(self, device)``), kept for one
-        release for callers written before the set-up moved to the trainer; call ``set_up_model``."""
-        return set_up_model(self, device)

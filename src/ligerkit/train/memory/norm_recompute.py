@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train.glu_recompute import RECOMPUTABLE as GLU_RECOMPUTABLE
-from ligerkit.train.saved_recompute import Recomputable, SavedRecompute, node_source
+from ligerkit.train.memory.glu_recompute import RECOMPUTABLE as GLU_RECOMPUTABLE
+from ligerkit.train.memory.saved_recompute import Recomputable, SavedRecompute, node_source
 
 KEY = "train.recompute_norm_output"
 NORM_NODE = "LigerRMSNormFunctionBackward"
@@ -50,7 +50,7 @@ def rms_norm_output(x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Te
     if mode not in (_CASTING["llama"], _CASTING["gemma"]):
         raise ValueError(f"unknown Liger RMSNorm casting mode {casting_mode!r}")
     if x.is_cuda and x.dim() == 2 and x.stride(1) == 1 and rstd.is_contiguous():
-        from ligerkit.train.norm_kernel import norm_output
+        from ligerkit.train.memory.norm_kernel import norm_output
 
         return norm_output(x, weight, rstd, offset, gemma=mode == _CASTING["gemma"])
     # A multiply into a tensor of x's dtype computes in float32 (the promoted type) and rounds once as it

@@ -17,7 +17,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
+from ligerkit.errors import CheckpointError, CheckpointFileError
 
 META = "meta.json"
 _PART = ".manifest_rank{rank}.json"

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ligerkit.train.checkpoint_errors import CheckpointFileError
+from ligerkit.errors import CheckpointFileError
 
 FORMAT = 1
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, load_recipe_config, raw_config
 from ligerkit.train.config.loading import is_run_folder
-from ligerkit.train.config_checks import check_model_keys, config_class_for, problems_of
-from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.config.checks import check_model_keys, config_class_for, problems_of
+from ligerkit.train.recipe.engine import RecipeEngine
 from ligerkit.errors import RecipeError
 
 
@@ -44,7 +44,7 @@ class Recipe:
 
 
 # The recipes of the checkout ligerkit runs from (an editable install: src/ligerkit -> ../../recipes).
-SHIPPED_RECIPES = Path(__file__).resolve().parents[3] / "recipes"
+SHIPPED_RECIPES = Path(__file__).resolve().parents[4] / "recipes"
 
 
 def recipe_root(path: str | Path, recipe: str | None = None) -> Path:

@@ -29,13 +29,12 @@ from typing import IO, Any
 
 import yaml
 
-from ligerkit.train.checkpoint import complete, load_weights, step_of, weights_source
-from ligerkit.train.manifest import META
-from ligerkit.train.checkpoint_errors import CheckpointError
-from ligerkit.errors import LigerKitError, ResumeConfigError
-from ligerkit.train import distributed as D
-from ligerkit.train.run_dir import WRITTEN_AT_START, RunDirError, open_run_dir
-from ligerkit.train.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
+import ligerkit.train.distributed as D
+from ligerkit.errors import CheckpointError, LigerKitError, ResumeConfigError
+from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
+from ligerkit.train.run.checkpoint import complete, load_weights, step_of, weights_source
+from ligerkit.train.run.folder import WRITTEN_AT_START, RunDirError, open_run_dir
+from ligerkit.train.run.manifest import META
 
 log = logging.getLogger("ligerkit.train")
 
@@ -197,10 +196,12 @@ START_FILES = frozenset({LOCK_FILE, RECORD, *WRITTEN_AT_START})
 """What a new run writes before its first step (``run_dir.write_start``, :func:`record`, its lock)."""
 
 
-def discard_unstarted(run: Path) -> bool:
+def discard_unstarted(run: Path, existed: Path | None = None) -> bool:
     """Remove a new run's folder refused before its first step: it holds nothing but the files a run
     writes at its start (:data:`START_FILES`, ``metrics.jsonl`` still empty), all derived from its
-    config; ``True`` when removed. A folder with any other file, or a metrics row, is left as it is."""
+    config; ``True`` when removed. A folder with any other file, or a metrics row, is left as it is.
+    The folders above it that opening the run made (those below ``existed``, the deepest that was
+    there before) go too, each only while it is empty."""
     try:
         names = {p.name for p in run.iterdir()}
         if names - START_FILES or (METRICS_FILE in names and (run / METRICS_FILE).stat().st_size):
@@ -210,7 +211,19 @@ def discard_unstarted(run: Path) -> bool:
         run.rmdir()
     except OSError:
         return False
+    made = run.absolute().parent
+    while existed is not None and made != existed.absolute() and existed.absolute() in made.parents:
+        try:
+            made.rmdir()  # only an empty folder: another run's files stop it
+        except OSError:
+            break
+        made = made.parent
     return True
+
+
+def deepest_existing(path: Path) -> Path:
+    """The deepest of ``path`` and its parents that exists now (what a run's folder is made below)."""
+    return next((p for p in (path, *path.absolute().parents) if p.exists()), Path("/"))
 
 
 def lock(run: Path) -> IO[str]:

@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ligerkit.train import manifest
-from ligerkit.train.checkpoint_errors import CheckpointError, CheckpointFileError
+from ligerkit.train.run import manifest
+from ligerkit.errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
-from ligerkit.train.rng import file_name, read_rng, set_rng_state, write_rng
-from ligerkit.train.run_files import CONFIG_FILE
+from ligerkit.train.run.rng import file_name, read_rng, set_rng_state, write_rng
+from ligerkit.train.config.run_files import CONFIG_FILE
 
 FOLDER = "checkpoints"
 FORMAT = 2  # 1: before manifests (no "format" key)
@@ -80,7 +80,7 @@ def _options(loading: bool = False) -> Any:
 
 def check_frozen(checkpoint: Path, meta: dict[str, Any], frozen: str | None) -> None:
     """Refuse a checkpoint whose frozen weights were not this model's: its ``frozen_sha256`` must equal
-    ``frozen`` (:func:`ligerkit.train.adapters.frozen_fingerprint` of the model about to load it)."""
+    ``frozen`` (:func:`ligerkit.train.recipe.adapters.frozen_fingerprint` of the model about to load it)."""
     saved = meta.get("frozen_sha256")
     if saved == frozen:
         return
@@ -104,7 +104,7 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
     import torch.distributed.checkpoint as dcp  # slow to import: only when a run saves
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    from ligerkit.train import safe_load
+    from ligerkit.train.run import safe_load
 
     began = time.perf_counter()
     final = run / FOLDER / f"step_{step:07d}"
@@ -169,7 +169,7 @@ def _rng_file(checkpoint: Path, meta: dict[str, Any], env: DistEnv) -> Path | No
 
 def _problem(checkpoint: Path, env: DistEnv) -> tuple[str, str] | None:
     """This rank's first finding in ``checkpoint`` as (file, reason), or ``None``."""
-    from ligerkit.train import safe_load  # imports DCP, slow: only when resuming
+    from ligerkit.train.run import safe_load  # imports DCP, slow: only when resuming
 
     try:
         meta = read_meta(checkpoint)
@@ -228,7 +228,7 @@ def load(checkpoint: Path, model: nn.Module, optimizer: torch.optim.Optimizer, e
     (:func:`check_frozen`). Call :func:`usable` first: it checks every file, this only reads."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from ligerkit.train import safe_load  # imports DCP, slow: only when resuming
+    from ligerkit.train.run import safe_load  # imports DCP, slow: only when resuming
 
     meta = read_meta(checkpoint)
     check_frozen(checkpoint, meta, frozen)
@@ -263,7 +263,7 @@ def load_weights(checkpoint: Path, model: nn.Module, frozen: str | None = None) 
     returns the step they were saved at."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-    from ligerkit.train import safe_load  # imports DCP, slow: only when asked
+    from ligerkit.train.run import safe_load  # imports DCP, slow: only when asked
 
     meta = read_meta(checkpoint)
     check_frozen(checkpoint, meta, frozen)

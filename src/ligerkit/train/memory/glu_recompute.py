@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train.saved_recompute import VIEW_NODES, Recomputable, SavedRecompute, recomputed, view_source
+from ligerkit.train.memory.saved_recompute import VIEW_NODES, Recomputable, SavedRecompute, recomputed, view_source
 
 __all__ = ["KEY", "RECOMPUTABLE", "VIEW_NODES", "Recomputable", "check_first_forward", "recomputed_glu_products",
            "view_source"]

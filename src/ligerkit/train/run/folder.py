@@ -24,8 +24,8 @@ import yaml
 
 from ligerkit.environment import installed_version
 from ligerkit.errors import RunDirError
-from ligerkit.train.checkpoint import complete
-from ligerkit.train.run_files import CONFIG_FILE, METRICS_FILE
+from ligerkit.train.run.checkpoint import complete
+from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE
 
 MARKERS = (CONFIG_FILE, METRICS_FILE, "checkpoints")
 

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ligerkit.train.config_checks import build_config
+from ligerkit.train.config.checks import build_config
 from ligerkit.train.models import resolve_dtype
-from ligerkit.train.recipe import RecipeEngine
+from ligerkit.train.recipe.engine import RecipeEngine
 
 
 class CustomModelEngine(RecipeEngine):
-    """A :class:`~ligerkit.train.recipe.RecipeEngine` for a model of the recipe's own: set
+    """A :class:`~ligerkit.train.recipe.engine.RecipeEngine` for a model of the recipe's own: set
     ``config_class`` and ``model_class``, and write ``prepare_model``."""
 
     config_class: ClassVar[type]

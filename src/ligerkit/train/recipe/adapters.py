@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import nn
 
-from ligerkit.errors import LigerKitError
+from ligerkit.errors import LigerKitError, MissingExtraError
 from ligerkit.train.config import ConfigError, LoraConfig, TrainConfig
 
 ADAPTER_MARKS = ("lora_A", "lora_B")
@@ -71,8 +71,8 @@ def add_lora(model: nn.Module, lora: LoraConfig, seed: int | None = None) -> lis
     try:
         import peft
     except ImportError as exc:
-        raise LigerKitError("train.lora needs PEFT, which is not installed: pip install -e '.[lora]' (or pip "
-                            "install peft), or remove train.lora to train every weight") from exc
+        raise MissingExtraError("train.lora needs PEFT, which is not installed: pip install -e '.[lora]' (or pip "
+                                "install peft), or remove train.lora to train every weight", "lora", "train.lora") from exc
     targets = resolve_targets(model, lora)
     if not targets:
         raise ConfigError(f"train.lora: {type(model).__name__} has no linear layer to adapt besides its output head")
