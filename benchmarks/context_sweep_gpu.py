@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from ligerkit.proof.arms import ArmFailedError, default_runner, resolve_config, summarize
+from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
 from ligerkit.proof.bench import arm_overrides
 from ligerkit.proof.context_sweep import Trial, next_length, summary, to_markdown
 from ligerkit.proof.fits import does_not_fit

@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ligerkit.proof.arms import loss_gap, run_arm, summarize
+from ligerkit.proof.arm_runs import loss_gap, run_arm, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = {

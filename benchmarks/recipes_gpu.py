@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ligerkit.proof.arms import compare_liger, loss_gap, run_arm, summarize
+from ligerkit.proof.arm_runs import compare_liger, loss_gap, run_arm, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from ligerkit.proof.arms import ArmFailedError, run_arm
+from ligerkit.proof.arm_runs import ArmFailedError, run_arm
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ligerkit.proof.arms import default_runner
+from ligerkit.proof.arm_runs import default_runner
 from ligerkit.proof.scaling import scaling, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

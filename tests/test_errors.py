@@ -49,10 +49,10 @@ def test_the_readme_error_table_lists_every_error():
 
 
 def test_smoke_without_an_accelerator_says_so():
-    from ligerkit.proof import arms
+    from ligerkit.proof import arm_runs
 
     with pytest.raises(E.LigerNeedsAcceleratorError, match="ligerkit smoke"):
-        arms.require_accelerator("smoke") if arms.accelerator() is None else pytest.skip("an accelerator is here")
+        arm_runs.require_accelerator("smoke") if arm_runs.accelerator() is None else pytest.skip("an accelerator is here")
 
 
 def test_unknown_family_gives_close_matches_and_points_to_custom_patches(kit):

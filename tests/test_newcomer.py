@@ -254,12 +254,12 @@ def test_suggest_gpu_without_a_gpu_prints_the_cpu_map_then_exits_3(monkeypatch):
 
 @pytest.mark.parametrize("name", ["qwen3", "recipes/qwen3"])
 def test_a_shipped_recipe_name_resolves_from_any_folder_for_train_smoke_and_bench(tmp_path, monkeypatch, name):
-    from ligerkit.proof import arms
+    from ligerkit.proof import arm_runs
     from ligerkit.train.recipe.loading import SHIPPED_RECIPES, config_of
 
     monkeypatch.chdir(tmp_path)
     assert config_of(name, gpu=False) == SHIPPED_RECIPES / "qwen3" / "configs" / "cpu.yaml"  # train on a CPU
-    assert arms.resolve_config(name) == SHIPPED_RECIPES / "qwen3" / "configs" / "gpu.yaml"  # smoke, bench
+    assert arm_runs.resolve_config(name) == SHIPPED_RECIPES / "qwen3" / "configs" / "gpu.yaml"  # smoke, bench
 
 
 def test_an_unknown_recipe_lists_the_shipped_ones_with_a_suggestion(tmp_path, monkeypatch):

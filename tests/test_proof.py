@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ligerkit.cli import app
 from ligerkit.errors import LigerKitError
 from ligerkit.proof import bench as B
-from ligerkit.proof import arms, smoke
+from ligerkit.proof import arm_runs, smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_CONFIG = ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml"
@@ -275,7 +275,7 @@ def test_bench_help_shows_the_recommendation_options():
 
 
 def test_bench_refuses_a_bad_loss_tolerance_before_looking_for_a_gpu(monkeypatch):
-    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    monkeypatch.setattr(arm_runs, "accelerator", lambda: None)
     result = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--loss-tolerance", "nan"])
     assert result.exit_code == 1 and "--loss-tolerance" in result.stderr
     result = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--loss-reference", "fp32"])
@@ -291,16 +291,16 @@ def test_bench_rejects_unknown_arms_and_a_warmup_longer_than_the_run():
 
 @pytest.mark.parametrize("verb", ["smoke", "bench"])
 def test_without_a_gpu_the_verbs_say_so_and_exit_3(verb, monkeypatch):
-    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    monkeypatch.setattr(arm_runs, "accelerator", lambda: None)
     result = CliRunner().invoke(app, [verb, "recipes/qwen3"])
-    assert result.exit_code == arms.NO_GPU_EXIT
+    assert result.exit_code == arm_runs.NO_GPU_EXIT
     assert "no CUDA GPU or NPU here" in result.stderr
 
 
 def test_a_recipe_folder_resolves_to_its_gpu_config():
-    assert arms.resolve_config(ROOT / "recipes" / "qwen3") == GPU_CONFIG
+    assert arm_runs.resolve_config(ROOT / "recipes" / "qwen3") == GPU_CONFIG
     with pytest.raises(LigerKitError):
-        arms.resolve_config(ROOT / "nope")
+        arm_runs.resolve_config(ROOT / "nope")
 
 
 def test_compile_flag_compiles_each_decoder_layer():
@@ -359,7 +359,7 @@ def test_kit_against_the_helper_alternates_pairs_under_one_trainer():
 
 
 def test_a_prelude_runs_before_the_trainer_in_the_arm_process():
-    from ligerkit.proof.arms import run_arm
+    from ligerkit.proof.arm_runs import run_arm
     from ligerkit.proof.helper_speed import helper_prelude
 
     config = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -393,7 +393,7 @@ def test_bench_grad_set_lines_come_last_in_the_gradient_pass_and_the_table_says_
 
 
 def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
-    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    monkeypatch.setattr(arm_runs, "accelerator", lambda: None)
     both = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "data.seq_len=1024", "--no-grads"])
     assert both.exit_code == 1 and "--no-grads" in both.stderr
     typo = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--grad-set", "data.seq_lenn=1024"])
@@ -406,7 +406,7 @@ def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
 
 
 def test_bench_resume_with_nothing_to_continue_is_said_before_looking_for_a_gpu(monkeypatch, tmp_path):
-    monkeypatch.setattr(arms, "accelerator", lambda: None)
+    monkeypatch.setattr(arm_runs, "accelerator", lambda: None)
     missing = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "none")])
     assert missing.exit_code == 1 and "does not exist; run the bench without --resume" in missing.stderr
     (tmp_path / "bad").mkdir()
@@ -431,7 +431,7 @@ def test_bench_resume_with_nothing_to_continue_is_said_before_looking_for_a_gpu(
 
 
 def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
-    from ligerkit.proof.arms import ArmFailedError
+    from ligerkit.proof.arm_runs import ArmFailedError
 
     calls = {"n": 0}
 
@@ -501,7 +501,7 @@ def test_the_float32_loss_reference_accepts_an_arm_nearer_float32_than_eager_and
 
 
 def test_a_float32_reference_that_does_not_fit_is_retried_recomputed_then_said_and_the_rule_stays(tmp_path):
-    from ligerkit.proof.arms import ArmFailedError
+    from ligerkit.proof.arm_runs import ArmFailedError
 
     fits_recomputed = [False]
 
@@ -530,7 +530,7 @@ def test_a_float32_reference_that_does_not_fit_is_retried_recomputed_then_said_a
 
 
 def test_a_float32_reference_that_fails_for_another_reason_raises_after_the_speed_results_are_written(tmp_path):
-    from ligerkit.proof.arms import ArmFailedError
+    from ligerkit.proof.arm_runs import ArmFailedError
 
     def make(overrides):
         if "model.dtype=float32" in overrides:

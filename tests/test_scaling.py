@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ligerkit.errors import LigerKitError
-from ligerkit.proof.arms import run_arm
+from ligerkit.proof.arm_runs import run_arm
 from ligerkit.proof.scaling import mode_overrides, scaling, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

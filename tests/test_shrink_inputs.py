@@ -22,13 +22,13 @@ from torch import nn
 from ligerkit.probe.input_parts import image_size
 from ligerkit.probe.inputs import input_candidates, text_length
 from ligerkit.probe.media_inputs import (
-    _audio_inputs,
-    _fill_required,
-    _Makers,
-    _series_inputs,
-    _video_inputs,
-    _with_audio_tokens,
-    _with_features_mask,
+    audio_inputs,
+    fill_required,
+    Makers,
+    series_inputs,
+    video_inputs,
+    with_audio_tokens,
+    with_features_mask,
 )
 from ligerkit.shrink import axial_length
 from ligerkit.shrink.depth import _cut, shallow
@@ -165,20 +165,20 @@ def test_audio_placeholder_tokens_match_the_vectors_the_audio_encoder_returns():
     model = _SpeechLM()
     accepted = set(inspect.signature(model.forward).parameters)
     g = torch.Generator().manual_seed(0)
-    sounds = _with_features_mask(_audio_inputs(config, accepted, 2, None, g), accepted)
+    sounds = with_features_mask(audio_inputs(config, accepted, 2, None, g), accepted)
     assert all("input_features_mask" in s for s in sounds)
     ids = torch.randint(0, 90, (2, 8), generator=g)
-    made = [m for s in sounds if (m := _with_audio_tokens(config, model, ids, s, accepted)) is not None]
+    made = [m for s in sounds if (m := with_audio_tokens(config, model, ids, s, accepted)) is not None]
     assert made
     tokens = made[0]["input_ids"]
     features = model.get_audio_features(made[0]["input_features"], made[0]["input_features_mask"])
     assert int((tokens == 99).sum()) == features.shape[0] and int((tokens == 98).sum()) == 2
-    assert _with_audio_tokens(_Config(vocab_size=100), model, ids, sounds[0], accepted) is None  # no audio token
+    assert with_audio_tokens(_Config(vocab_size=100), model, ids, sounds[0], accepted) is None  # no audio token
 
 
 def test_stacked_frames_widen_the_features():
     config = _Config(num_mel_bins=80, num_stacked_frames=7)
-    found = _audio_inputs(config, {"input_features"}, 2, None, torch.Generator().manual_seed(0))
+    found = audio_inputs(config, {"input_features"}, 2, None, torch.Generator().manual_seed(0))
     assert {f["input_features"].shape[-1] for f in found} >= {560}
 
 
@@ -191,12 +191,12 @@ def test_required_arguments_are_filled_by_their_names():
     g = torch.Generator().manual_seed(0)
     audio = [{"input_values": torch.randn(2, 100)}, {"input_features": torch.randn(2, 8, 4)},
              {"input_features": torch.randn(2, 4, 8)}]
-    makers = _Makers(_Config(hidden_size=16), torch.zeros(2, 8, dtype=torch.long), [], audio, 2, 8, g)
+    makers = Makers(_Config(hidden_size=16), torch.zeros(2, 8, dtype=torch.long), [], audio, 2, 8, g)
     params = inspect.signature(_Codec().forward).parameters
-    filled = _fill_required(params, (), {"input_values": audio[0]["input_values"]}, makers)
+    filled = fill_required(params, (), {"input_values": audio[0]["input_values"]}, makers)
     assert [tuple(kw["input_features"].shape) for _, kw in filled] == [(2, 8, 4), (2, 4, 8)]  # each layout
     whole = {"input_values": torch.randn(2, 100), "input_features": torch.randn(2, 8, 4)}
-    assert _fill_required(params, (), whole, makers) == [((), whole)]  # a candidate that binds is unchanged
+    assert fill_required(params, (), whole, makers) == [((), whole)]  # a candidate that binds is unchanged
 
 
 class _Segmenter(nn.Module):
@@ -215,10 +215,10 @@ def test_required_prompt_images_and_their_masks_follow_the_images():
 def test_videos_take_the_config_frame_count_and_series_its_context_length():
     g = torch.Generator().manual_seed(0)
     video = _Config(image_size=32, patch_size=8, num_channels=3, num_frames=4)
-    (clip,) = _video_inputs(video, {"pixel_values_videos", "pixel_values"}, 2, g)
+    (clip,) = video_inputs(video, {"pixel_values_videos", "pixel_values"}, 2, g)
     assert clip["pixel_values_videos"].shape == (2, 4, 3, 32, 32)
-    assert _video_inputs(_Config(image_size=32, patch_size=8), {"pixel_values"}, 2, g) == []  # no frame count
-    series = _series_inputs(_Config(context_length=2048, patch_length=32, num_input_channels=3), {"past_values"}, 2, g)
+    assert video_inputs(_Config(image_size=32, patch_size=8), {"pixel_values"}, 2, g) == []  # no frame count
+    series = series_inputs(_Config(context_length=2048, patch_length=32, num_input_channels=3), {"past_values"}, 2, g)
     assert series[0]["past_values"].shape == (2, 512, 3) and series[1]["past_values"].shape == (2, 512)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ligerkit.probe.inputs import _processor_classes, _with_image_tokens, parent_families
+from ligerkit.probe.inputs import _with_image_tokens, parent_families, processor_classes
 from ligerkit.probe.top_model import meta_build_error
 from ligerkit.shrink import repaired_config, whole_model_configs
 from ligerkit.shrink.parts import merge_factor, small_images
@@ -130,7 +130,7 @@ def test_a_derived_family_finds_the_image_processor_of_the_family_it_derives_fro
     assert "qwen3_vl" in parent_families("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe")
     model = types.new_class("M", (torch.nn.Module,))
     model.__module__ = "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe"
-    found = _processor_classes(_Config(model_type="qwen3_vl_moe"), model())
+    found = processor_classes(_Config(model_type="qwen3_vl_moe"), model())
     assert any("Qwen2VLImageProcessor" in cls.__name__ for cls in found)
 
 

@@ -53,7 +53,7 @@ def _no_builds(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("SENTINEL: a model was built or a check computed")
 
-    for module, name in [(top_model, "_make"), (runnable, "_make"), (runnable, "build_model_class"),
+    for module, name in [(top_model, "make_model"), (runnable, "make_model"), (runnable, "build_model_class"),
                          (aliasing, "_detect"), (probe_module, "probe")]:
         monkeypatch.setattr(module, name, refuse)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from ligerkit.proof.arms import loss_gap, run_arm
+from ligerkit.proof.arm_runs import loss_gap, run_arm
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.parent.name for p in ROOT.glob("recipes/*/configs"))

@@ -255,13 +255,13 @@ def log_to_stderr() -> None:
 
 def require_gpu(verb: str) -> None:
     """Exit with code 3 and the reason where Liger's kernels cannot run."""
-    from ligerkit.proof import arms
+    from ligerkit.proof import arm_runs
 
     try:
-        arms.require_accelerator(verb)
+        arm_runs.require_accelerator(verb)
     except LigerNeedsAcceleratorError as exc:
         err.print(str(exc), markup=False, soft_wrap=True)
-        raise typer.Exit(arms.NO_GPU_EXIT) from None
+        raise typer.Exit(arm_runs.NO_GPU_EXIT) from None
 
 
 def tolerance(cls: Any, factor: float, slack: float) -> Any:

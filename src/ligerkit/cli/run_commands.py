@@ -136,7 +136,7 @@ def smoke(
     """
     from pathlib import Path
 
-    from ligerkit.proof import arms, smoke
+    from ligerkit.proof import arm_runs, smoke
     from ligerkit.proof.bench import check_run_options
     from ligerkit.proof.grads import exit_code
     from ligerkit.proof.recipe_grads import recipe_grad_parity
@@ -144,7 +144,7 @@ def smoke(
     from ligerkit.probe.tolerance import GradTolerance
 
     def body() -> None:
-        config = arms.resolve_config(target)
+        config = arm_runs.resolve_config(target)
         grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
         check_run_options(steps, 0, nproc)
         load_recipe_config(config, list(set_ or []))  # a bad config or --set is named before the GPU check
@@ -152,7 +152,7 @@ def smoke(
         import torch
 
         overrides = list(set_ or [])
-        result = smoke.smoke(config, steps, overrides, arms.default_runner(), nproc,
+        result = smoke.smoke(config, steps, overrides, arm_runs.default_runner(), nproc,
                               gradients=lambda: recipe_grad_parity(config, overrides, torch.device("cuda"), grad_tolerance))
         files = smoke.write_outputs(result, Path(out_dir))
         if as_json:
@@ -239,7 +239,7 @@ def bench(
     from ligerkit.errors import ConfigError, InvalidOptionError
     from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
-    from ligerkit.proof.arms import default_runner, resolve_config
+    from ligerkit.proof.arm_runs import default_runner, resolve_config
     from ligerkit.proof.bench_log import BenchLog, bench_identity, check_resumable
     from ligerkit.proof.loss_reference import check_loss_reference
     from ligerkit.proof.recommend import Recommendation

@@ -7,13 +7,13 @@ import math
 import torch
 from torch import Tensor
 
-from ligerkit.compile._common import _LIB
+from ligerkit.compile.common import LIB
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 # ----- SwiGLU: silu(a * gate_multiplier) * b * down_multiplier --------------------------------------
-@torch.library.custom_op(f"{_LIB}::silu_mul", mutates_args=())
+@torch.library.custom_op(f"{LIB}::silu_mul", mutates_args=())
 def silu_mul(a: Tensor, b: Tensor, gate_multiplier: float, down_multiplier: float) -> Tensor:
     """``silu(a * gate_multiplier) * b * down_multiplier``; the activation in float32, rounded to
     ``b``'s dtype before the product (reference math; the CUDA kernel is Liger's)."""
@@ -35,7 +35,7 @@ def _(a: Tensor, b: Tensor, gate_multiplier: float, down_multiplier: float) -> T
     return torch.empty(a.shape, dtype=a.dtype, device=a.device)
 
 
-@torch.library.custom_op(f"{_LIB}::silu_mul_backward", mutates_args=())
+@torch.library.custom_op(f"{LIB}::silu_mul_backward", mutates_args=())
 def silu_mul_backward(dc: Tensor, a: Tensor, b: Tensor, gate_multiplier: float,
                       down_multiplier: float) -> tuple[Tensor, Tensor]:
     """``(da, db)`` of :func:`silu_mul`."""
@@ -76,7 +76,7 @@ def _silu_mul_grad(ctx, dc: Tensor):
     return da, db, None, None
 
 
-torch.library.register_autograd(f"{_LIB}::silu_mul", _silu_mul_grad, setup_context=_silu_mul_setup)
+torch.library.register_autograd(f"{LIB}::silu_mul", _silu_mul_grad, setup_context=_silu_mul_setup)
 
 
 # ----- GEGLU: gelu_tanh(a) * b ----------------------------------------------------------------------
@@ -85,7 +85,7 @@ def _gelu_tanh_parts(a32: Tensor) -> tuple[Tensor, Tensor]:
     return 0.5 * a32 * (1 + t), t
 
 
-@torch.library.custom_op(f"{_LIB}::gelu_mul", mutates_args=())
+@torch.library.custom_op(f"{LIB}::gelu_mul", mutates_args=())
 def gelu_mul(a: Tensor, b: Tensor) -> Tensor:
     """``gelu_tanh(a) * b``; the activation in float32, rounded to ``b``'s dtype before the product
     (reference math; the CUDA kernel is Liger's)."""
@@ -105,7 +105,7 @@ def _(a: Tensor, b: Tensor) -> Tensor:
     return torch.empty(a.shape, dtype=a.dtype, device=a.device)
 
 
-@torch.library.custom_op(f"{_LIB}::gelu_mul_backward", mutates_args=())
+@torch.library.custom_op(f"{LIB}::gelu_mul_backward", mutates_args=())
 def gelu_mul_backward(dc: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """``(da, db)`` of :func:`gelu_mul`."""
     a32 = a.float()
@@ -140,6 +140,6 @@ def _gelu_mul_grad(ctx, dc: Tensor):
     return gelu_mul_backward(dc, a, b)
 
 
-torch.library.register_autograd(f"{_LIB}::gelu_mul", _gelu_mul_grad, setup_context=_gelu_mul_setup)
+torch.library.register_autograd(f"{LIB}::gelu_mul", _gelu_mul_grad, setup_context=_gelu_mul_setup)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ligerkit.compile._common import _LIB, _casting, _empty_dw, _rows
+from ligerkit.compile.common import LIB, checked_casting, empty_dw, row_count
 
 
 # ----- RMSNorm ------------------------------------------------------------------------------------
-@torch.library.custom_op(f"{_LIB}::rms_norm", mutates_args=())
+@torch.library.custom_op(f"{LIB}::rms_norm", mutates_args=())
 def rms_norm(x: Tensor, weight: Tensor | None, eps: float, offset: float, casting_mode: str,
              row_mode: bool | None) -> tuple[Tensor, Tensor]:
     """``y = x / rms(x) * (offset + weight)`` over the last dimension, and ``1 / rms`` per row.
@@ -17,7 +17,7 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float, offset: float, castin
     Reference math (the CUDA kernel is Liger's): ``llama`` normalizes in float32 and scales in the
     input dtype, ``gemma`` computes everything in float32, ``none`` stays in the input dtype.
     """
-    mode = _casting(casting_mode)
+    mode = checked_casting(casting_mode)
     dtype = x.dtype
     xf = x.float() if mode != "none" else x
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -38,18 +38,18 @@ def _rms_norm_cuda(x: Tensor, weight: Tensor | None, eps: float, offset: float, 
                    row_mode: bool | None) -> tuple[Tensor, Tensor]:
     from liger_kernel.ops.rms_norm import rms_norm_forward
 
-    y, _, rstd, _, _, _ = rms_norm_forward(x.contiguous(), weight, eps, offset, _casting(casting_mode), row_mode)
+    y, _, rstd, _, _, _ = rms_norm_forward(x.contiguous(), weight, eps, offset, checked_casting(casting_mode), row_mode)
     return y, rstd
 
 
 @rms_norm.register_fake
 def _(x: Tensor, weight: Tensor | None, eps: float, offset: float, casting_mode: str,
       row_mode: bool | None) -> tuple[Tensor, Tensor]:
-    rstd_dtype = x.dtype if _casting(casting_mode) == "none" else torch.float32
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device), x.new_empty((_rows(x),), dtype=rstd_dtype)
+    rstd_dtype = x.dtype if checked_casting(casting_mode) == "none" else torch.float32
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), x.new_empty((row_count(x),), dtype=rstd_dtype)
 
 
-@torch.library.custom_op(f"{_LIB}::rms_norm_backward", mutates_args=())
+@torch.library.custom_op(f"{LIB}::rms_norm_backward", mutates_args=())
 def rms_norm_backward(dy: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor, offset: float, casting_mode: str,
                       row_mode: bool | None, needs_dw: bool) -> tuple[Tensor, Tensor]:
     """``(dx, dw)`` of :func:`rms_norm` (``dw`` empty when not needed or there is no weight)."""
@@ -60,7 +60,7 @@ def rms_norm_backward(dy: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor
     w = (offset + weight.float()) if weight is not None else torch.ones(dim, dtype=torch.float32, device=x.device)
     m = g * w
     dx = r * m - r.pow(3) * (m * xf).mean(-1, keepdim=True) * xf
-    dw = (g * (xf * r)).sum(0) if weight is not None and needs_dw else _empty_dw(x)
+    dw = (g * (xf * r)).sum(0) if weight is not None and needs_dw else empty_dw(x)
     return dx.to(x.dtype).reshape(x.shape), dw.to(weight.dtype) if dw.numel() else dw
 
 
@@ -74,15 +74,15 @@ def _rms_norm_backward_cuda(dy: Tensor, x: Tensor, weight: Tensor | None, rstd: 
     block, warps = calculate_settings(x.shape[-1])
     # Liger's launcher reads the row stride of x as given: hand it rows, as its forward saved them
     dx, dw = liger_backward(dy.contiguous(), x.reshape(-1, x.shape[-1]).contiguous(), weight, rstd, offset,
-                            _str_to_casting_mode[_casting(casting_mode)], block, warps, False, row_mode,
+                            _str_to_casting_mode[checked_casting(casting_mode)], block, warps, False, row_mode,
                             needs_dw=needs_dw and weight is not None)
-    return dx.to(x.dtype), dw if dw is not None else _empty_dw(x)
+    return dx.to(x.dtype), dw if dw is not None else empty_dw(x)
 
 
 @rms_norm_backward.register_fake
 def _(dy: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor, offset: float, casting_mode: str,
       row_mode: bool | None, needs_dw: bool) -> tuple[Tensor, Tensor]:
-    dw = torch.empty_like(weight) if weight is not None and needs_dw else _empty_dw(x)
+    dw = torch.empty_like(weight) if weight is not None and needs_dw else empty_dw(x)
     return torch.empty(dy.shape, dtype=x.dtype, device=x.device), dw
 
 
@@ -99,11 +99,11 @@ def _rms_norm_grad(ctx, dy: Tensor, _drstd: Tensor):
     return dx, (dw if needs_dw else None), None, None, None, None
 
 
-torch.library.register_autograd(f"{_LIB}::rms_norm", _rms_norm_grad, setup_context=_rms_norm_setup)
+torch.library.register_autograd(f"{LIB}::rms_norm", _rms_norm_grad, setup_context=_rms_norm_setup)
 
 
 # ----- LayerNorm ----------------------------------------------------------------------------------
-@torch.library.custom_op(f"{_LIB}::layer_norm", mutates_args=())
+@torch.library.custom_op(f"{LIB}::layer_norm", mutates_args=())
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """``y = (x - mean) / std * weight + bias`` over the last dimension; mean and ``1 / std`` per row
     (float32). Reference math; the CUDA kernel is Liger's."""
@@ -127,12 +127,12 @@ def _layer_norm_cuda(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float)
 
 @layer_norm.register_fake
 def _(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    rows = _rows(x)
+    rows = row_count(x)
     return (torch.empty(x.shape, dtype=x.dtype, device=x.device), x.new_empty((rows,), dtype=torch.float32),
             x.new_empty((rows,), dtype=torch.float32))
 
 
-@torch.library.custom_op(f"{_LIB}::layer_norm_backward", mutates_args=())
+@torch.library.custom_op(f"{LIB}::layer_norm_backward", mutates_args=())
 def layer_norm_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None, mean: Tensor, rstd: Tensor,
                         needs_dw: bool, needs_db: bool) -> tuple[Tensor, Tensor, Tensor]:
     """``(dx, dw, db)`` of :func:`layer_norm` (``dw``/``db`` empty when not needed)."""
@@ -141,8 +141,8 @@ def layer_norm_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Tensor | No
     g = dy.reshape(-1, dim).float()
     gw = g * weight.float()
     dx = rstd.reshape(-1, 1) * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
-    dw = (g * xhat).sum(0).to(weight.dtype) if needs_dw else _empty_dw(x)
-    db = g.sum(0).to(weight.dtype) if needs_db and bias is not None else _empty_dw(x)
+    dw = (g * xhat).sum(0).to(weight.dtype) if needs_dw else empty_dw(x)
+    db = g.sum(0).to(weight.dtype) if needs_db and bias is not None else empty_dw(x)
     return dx.to(x.dtype).reshape(x.shape), dw, db
 
 
@@ -156,14 +156,14 @@ def _layer_norm_backward_cuda(dy: Tensor, x: Tensor, weight: Tensor, bias: Tenso
     dx, dw, db = liger_backward(dy.contiguous(), x.reshape(-1, x.shape[-1]).contiguous(), weight, b, mean, rstd,
                                 needs_dw=needs_dw,
                                 needs_db=needs_db and bias is not None)
-    return dx, dw if dw is not None else _empty_dw(x), db if db is not None else _empty_dw(x)
+    return dx, dw if dw is not None else empty_dw(x), db if db is not None else empty_dw(x)
 
 
 @layer_norm_backward.register_fake
 def _(dy: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None, mean: Tensor, rstd: Tensor,
       needs_dw: bool, needs_db: bool) -> tuple[Tensor, Tensor, Tensor]:
-    dw = torch.empty_like(weight) if needs_dw else _empty_dw(x)
-    db = torch.empty_like(weight) if needs_db and bias is not None else _empty_dw(x)
+    dw = torch.empty_like(weight) if needs_dw else empty_dw(x)
+    db = torch.empty_like(weight) if needs_db and bias is not None else empty_dw(x)
     return torch.empty(dy.shape, dtype=x.dtype, device=x.device), dw, db
 
 
@@ -179,6 +179,6 @@ def _layer_norm_grad(ctx, dy: Tensor, _dmean: Tensor, _drstd: Tensor):
     return dx, (dw if needs_dw else None), (db if needs_db else None), None
 
 
-torch.library.register_autograd(f"{_LIB}::layer_norm", _layer_norm_grad, setup_context=_layer_norm_setup)
+torch.library.register_autograd(f"{LIB}::layer_norm", _layer_norm_grad, setup_context=_layer_norm_setup)
 
 

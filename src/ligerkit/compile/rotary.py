@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ligerkit.compile._common import _LIB
+from ligerkit.compile.common import LIB
 
 
 # ----- RoPE (the Llama / "rotate half" form, partial rotary included) --------------------------------
@@ -38,7 +38,7 @@ def _heads_last_layout(x: Tensor) -> Tensor:
     return torch.empty(x.transpose(1, 2).shape, dtype=x.dtype, device=x.device).transpose(1, 2)
 
 
-@torch.library.custom_op(f"{_LIB}::rope", mutates_args=())
+@torch.library.custom_op(f"{LIB}::rope", mutates_args=())
 def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
          rotary_dim: int | None) -> tuple[Tensor, Tensor]:
     """``q * cos + rotate_half(q) * sin`` (and ``k``) over the first ``rotary_dim`` entries of each
@@ -83,7 +83,7 @@ def _(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
     return _heads_last_layout(q), _heads_last_layout(k)
 
 
-@torch.library.custom_op(f"{_LIB}::rope_backward", mutates_args=())
+@torch.library.custom_op(f"{LIB}::rope_backward", mutates_args=())
 def rope_backward(dq: Tensor, dk: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
                   rotary_dim: int | None) -> tuple[Tensor, Tensor]:
     """``(dq, dk)`` of :func:`rope`: the inverse rotation of the incoming gradients."""
@@ -114,5 +114,5 @@ def _rope_grad(ctx, dq: Tensor, dk: Tensor):
     return gq, gk, None, None, None, None
 
 
-torch.library.register_autograd(f"{_LIB}::rope", _rope_grad, setup_context=_rope_setup)
+torch.library.register_autograd(f"{LIB}::rope", _rope_grad, setup_context=_rope_setup)
 

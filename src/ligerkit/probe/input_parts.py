@@ -15,14 +15,16 @@ from ligerkit.shrink.parts import as_pair
 SEQ = 32  # text tokens per row, at least; more where experts need them
 
 
-_MEL = ("feature_projection_input_dim", "num_mel_bins", "feature_size", "input_feat_size", "n_mels", "num_mel_filters",
-        "input_dim")  # the width a feature projection takes first: stacked frames are wider than the mel bins
+# the width a feature projection takes first: stacked frames are wider than the mel bins
+MEL_KEYS = ("feature_projection_input_dim", "num_mel_bins", "feature_size", "input_feat_size", "n_mels",
+            "num_mel_filters", "input_dim")
 
 
-_MAX_FRAMES = 3000  # feature frames at most (Whisper's 30 s): longer encoders get a short clip
+MAX_FRAMES = 3000  # feature frames at most (Whisper's 30 s): longer encoders get a short clip
 
 
-def _vision_node(config: Any) -> Any:
+def vision_node(config: Any) -> Any:
+    """The first part of ``config`` with an int ``patch_size`` (its vision config), or ``None``."""
     return next((n for n in config_tree(config) if isinstance(getattr(n, "patch_size", None), int)), None)
 
 
@@ -38,7 +40,7 @@ def image_size(node: Any) -> tuple[int, int] | None:
     return None
 
 
-def _first_int(config: Any, *names: str) -> int | None:
+def first_int(config: Any, *names: str) -> int | None:
     """The first int attribute named one of ``names`` in ``config``'s tree."""
     for node in config_tree(config):
         for name in names:
@@ -48,7 +50,7 @@ def _first_int(config: Any, *names: str) -> int | None:
     return None
 
 
-def _count_features(model: nn.Module, pixels: dict[str, Any], getter_name: str = "get_image_features") -> int | None:
+def count_features(model: nn.Module, pixels: dict[str, Any], getter_name: str = "get_image_features") -> int | None:
     """How many placeholder tokens the images (or the audio) take: the vectors ``get_image_features``
     (``getter_name``) returns."""
     for owner in (model, getattr(model, "model", None)):
@@ -72,7 +74,8 @@ def _count_features(model: nn.Module, pixels: dict[str, Any], getter_name: str =
     return None
 
 
-def _token_attr(config: Any, *words: str) -> int | None:
+def token_attr(config: Any, *words: str) -> int | None:
+    """The first int setting of ``config``'s parts whose name says ``token`` and one of ``words``."""
     for node in config_tree(config):
         for name, value in vars(node).items():
             if isinstance(value, int) and not isinstance(value, bool) and "token" in name and \
@@ -81,5 +84,6 @@ def _token_attr(config: Any, *words: str) -> int | None:
     return None
 
 
-def _names(config: Any) -> set[str]:
+def config_names(config: Any) -> set[str]:
+    """Every setting name of ``config`` and of the configs it holds."""
     return {name for node in config_tree(config) for name in vars(node)}

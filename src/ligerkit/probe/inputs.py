@@ -12,21 +12,21 @@ import torch
 from torch import nn
 
 from ligerkit.hf import text_config
-from ligerkit.probe.input_parts import SEQ, _count_features, _first_int, _token_attr, _vision_node, image_size
+from ligerkit.probe.input_parts import SEQ, count_features, first_int, token_attr, vision_node, image_size
 from ligerkit.probe.media_inputs import (
     Inputs,
-    _audio_inputs,
-    _fill_required,
-    _Makers,
-    _series_inputs,
-    _video_inputs,
-    _with_audio_tokens,
-    _with_features_mask,
+    audio_inputs,
+    fill_required,
+    Makers,
+    series_inputs,
+    video_inputs,
+    with_audio_tokens,
+    with_features_mask,
 )
-from ligerkit.probe.processors import _processed_images, _processor_classes, parent_families
+from ligerkit.probe.processors import processed_images, processor_classes, parent_families
 from ligerkit.shrink import axial_length, config_tree, special_token_ids
 
-__all__ = ["BATCH", "SEQ", "Inputs", "_processor_classes", "image_size", "input_candidates", "parent_families",
+__all__ = ["BATCH", "SEQ", "Inputs", "processor_classes", "image_size", "input_candidates", "parent_families",
            "sequence_length", "text_length"]
 
 BATCH = 2
@@ -65,7 +65,7 @@ def input_candidates(config: Any, model: nn.Module, batch: int = BATCH,
     config's frame count, audio, time series of the config's context length, then positional token
     ids or hidden states. Token ids avoid every special token id of the config and are no longer than
     the text's position count; arguments the forward requires that a candidate lacks are filled by
-    their names (:func:`_fill_required`); all tensors are on ``device``."""
+    their names (:func:`fill_required`); all tensors are on ``device``."""
     g = torch.Generator().manual_seed(11)
     params = inspect.signature(model.forward).parameters
     accepted = set(params)
@@ -77,15 +77,15 @@ def input_candidates(config: Any, model: nn.Module, batch: int = BATCH,
     extra = {p.name: ids for p in params.values() if p.name.endswith("_input_ids") and p.default is p.empty
              and p.name != "decoder_input_ids"} if ids is not None else {}  # e.g. a Q-Former's own token ids
     images = _image_inputs(config, model, accepted, batch, g) if "pixel_values" in accepted else []
-    audio = _audio_inputs(config, accepted, batch, ids, g)
-    videos = _video_inputs(config, accepted, batch, g)
+    audio = audio_inputs(config, accepted, batch, ids, g)
+    videos = video_inputs(config, accepted, batch, g)
     if ids is not None and "input_ids" in accepted:
         for pixels in images:
             with_tokens = _with_image_tokens(config, model, ids, pixels, accepted, g)
             if with_tokens is not None:
                 found.append(((), {**extra, **with_tokens}))
-        for sound in _with_features_mask(audio, accepted):
-            with_tokens = _with_audio_tokens(config, model, ids, sound, accepted)
+        for sound in with_features_mask(audio, accepted):
+            with_tokens = with_audio_tokens(config, model, ids, sound, accepted)
             if with_tokens is not None:
                 found.append(((), {**extra, **with_tokens}))
         plain: dict[str, Any] = {"input_ids": ids, **extra}
@@ -99,7 +99,7 @@ def input_candidates(config: Any, model: nn.Module, batch: int = BATCH,
     found += [((), pixels) for pixels in images]
     found += [((), video) for video in videos]
     found += [((), sound) for sound in audio]
-    found += [((), series) for series in _series_inputs(config, accepted, batch, g)]
+    found += [((), series) for series in series_inputs(config, accepted, batch, g)]
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if positional and positional[0].name not in _NAMED_INPUTS:
         if ids is not None:
@@ -107,8 +107,8 @@ def input_candidates(config: Any, model: nn.Module, batch: int = BATCH,
         width = getattr(text, "hidden_size", None) or getattr(config, "hidden_size", None)
         if isinstance(width, int):
             found.append(((torch.randn(batch, seq, width, generator=g),), {}))
-    makers = _Makers(config, ids, images, audio, batch, seq, g)
-    found = [filled for args, kwargs in found for filled in _fill_required(params, args, kwargs, makers)]
+    makers = Makers(config, ids, images, audio, batch, seq, g)
+    found = [filled for args, kwargs in found for filled in fill_required(params, args, kwargs, makers)]
     return [_to(device, args, kwargs) for args, kwargs in found]
 
 
@@ -137,14 +137,14 @@ def _image_inputs(config: Any, model: nn.Module, accepted: set[str], batch: int,
                   g: torch.Generator) -> list[dict[str, Any]]:
     """Pixel inputs: images of the vision config's size, and what the family's own image processor
     makes of an image of that size (with its grids, sizes and masks)."""
-    node = _vision_node(config) or config
-    channels = _first_int(node, "num_channels", "in_channels", "in_chans") or 3
+    node = vision_node(config) or config
+    channels = first_int(node, "num_channels", "in_channels", "in_chans") or 3
     patch = getattr(node, "patch_size", None)
     size = image_size(node)
     sizes = [size] if size is not None else [(patch * 8,) * 2] if isinstance(patch, int) else [(64, 64), (224, 224)]
     found = [{"pixel_values": torch.rand(batch, channels, h, w, generator=g)} for h, w in sizes]
     found += [{"pixel_values": found[0]["pixel_values"].unsqueeze(1)}]  # (batch, images, channels, height, width)
-    processed = _processed_images(config, model, sizes[0][0], batch, accepted, g) if sizes[0][0] == sizes[0][1] \
+    processed = processed_images(config, model, sizes[0][0], batch, accepted, g) if sizes[0][0] == sizes[0][1] \
         else None
     if processed is not None:
         found.append(processed)
@@ -157,16 +157,16 @@ def _with_image_tokens(config: Any, model: nn.Module, ids: torch.Tensor, pixels:
     where the config names them), with the images and token-type ids that mark them. As many
     placeholders as ``get_image_features`` returns vectors, else as the config's per-image token count
     (``mm_tokens_per_image``, ``image_seq_length``, ...) says."""
-    image_token = _token_attr(config, "image_token_id", "image_token_index", "image_token")
+    image_token = token_attr(config, "image_token_id", "image_token_index", "image_token")
     batch = ids.shape[0]
-    count = _count_features(model, pixels) if image_token is not None else None
+    count = count_features(model, pixels) if image_token is not None else None
     if count is None and image_token is not None:  # the image features do not come alone: the config's count
-        per_image = _first_int(config, *_IMAGE_TOKEN_COUNTS)
+        per_image = first_int(config, *_IMAGE_TOKEN_COUNTS)
         count = per_image * batch if per_image else None
     if count is None or count == 0 or count % batch:
         return None
-    start = _token_attr(config, "vision_start", "image_start", "boi", "start_of_image")
-    end = _token_attr(config, "vision_end", "image_end", "eoi", "end_of_image")
+    start = token_attr(config, "vision_start", "image_start", "boi", "start_of_image")
+    end = token_attr(config, "vision_end", "image_end", "eoi", "end_of_image")
     image = [image_token] * (count // batch)
     middle = ([start] if start is not None else []) + image + ([end] if end is not None else [])
     rows = [torch.cat([row[:2], torch.tensor(middle, dtype=row.dtype), row[2:]]) for row in ids]

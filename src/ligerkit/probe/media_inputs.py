@@ -10,42 +10,42 @@ from torch import nn
 
 from ligerkit.hf import text_config
 from ligerkit.probe.input_parts import (
-    _MAX_FRAMES,
-    _MEL,
+    MAX_FRAMES,
+    MEL_KEYS,
     SEQ,
-    _count_features,
-    _first_int,
-    _names,
-    _token_attr,
-    _vision_node,
+    count_features,
+    first_int,
+    config_names,
+    token_attr,
+    vision_node,
     image_size,
 )
 from ligerkit.shrink import config_tree
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
-def _audio_inputs(config: Any, accepted: set[str], batch: int, ids: torch.Tensor | None,
+def audio_inputs(config: Any, accepted: set[str], batch: int, ids: torch.Tensor | None,
                   g: torch.Generator) -> list[dict[str, Any]]:
     """Waveforms (batch, time) and (batch, channels, time), spectrogram frames, mel features."""
     found: list[dict[str, Any]] = []
     extra: dict[str, Any] = {"decoder_input_ids": ids} if ids is not None and "decoder_input_ids" in accepted else {}
-    bins = _first_int(config, *_MEL)
+    bins = first_int(config, *MEL_KEYS)
     stacked = _stacked_frames(config)
-    if bins and stacked > 1 and "feature_projection_input_dim" not in _names(config):
+    if bins and stacked > 1 and "feature_projection_input_dim" not in config_names(config):
         bins *= stacked  # frames stacked into one feature vector (low frame rate): bins times the stack
     if "decoder_input_values" in accepted:  # a speech decoder's own frames (time, bins)
         extra["decoder_input_values"] = torch.randn(batch, SEQ, bins or 80, generator=g)
     if "input_values" in accepted:
         found.append({"input_values": torch.randn(batch, 8000, generator=g), **extra})
-        channels = _first_int(config, "audio_channels") or 1
+        channels = first_int(config, "audio_channels") or 1
         found.append({"input_values": torch.randn(batch, channels, 8000, generator=g), **extra})
         if bins:  # spectrogram frames (time, bins)
-            frames = _first_int(config, "max_length") or 64
+            frames = first_int(config, "max_length") or 64
             found.append({"input_values": torch.randn(batch, frames, bins, generator=g), **extra})
     if "input_features" in accepted:
         bins = bins or 80
-        positions = _first_int(config, "max_source_positions")
-        long = 2 * positions if positions and 2 * positions <= _MAX_FRAMES else 64  # a Whisper-style fixed length
+        positions = first_int(config, "max_source_positions")
+        long = 2 * positions if positions and 2 * positions <= MAX_FRAMES else 64  # a Whisper-style fixed length
         for frames in dict.fromkeys([long, 64]):
             found.append({"input_features": torch.randn(batch, bins, frames, generator=g), **extra})
             found.append({"input_features": torch.randn(batch, frames, bins, generator=g), **extra})
@@ -68,7 +68,7 @@ def _stacked_frames(config: Any) -> int:
     return 1
 
 
-def _with_features_mask(audio: list[dict[str, Any]], accepted: set[str]) -> list[dict[str, Any]]:
+def with_features_mask(audio: list[dict[str, Any]], accepted: set[str]) -> list[dict[str, Any]]:
     """Each feature input of ``audio`` with the all-ones frame mask the forward takes beside it
     (``input_features_mask``, ...), one per time axis the features may have (last, or first after the
     batch); waveform inputs as they are."""
@@ -84,20 +84,20 @@ def _with_features_mask(audio: list[dict[str, Any]], accepted: set[str]) -> list
     return found
 
 
-def _with_audio_tokens(config: Any, model: nn.Module, ids: torch.Tensor, sound: dict[str, Any],
+def with_audio_tokens(config: Any, model: nn.Module, ids: torch.Tensor, sound: dict[str, Any],
                        accepted: set[str]) -> dict[str, Any] | None:
     """Token ids holding one clip's audio placeholder tokens per row (between the audio start and end
     tokens where the config names them), with the audio they stand for: as many placeholders as
     ``get_audio_features`` returns vectors; ``None`` without an audio token or a count."""
-    audio_token = _token_attr(config, *_AUDIO_TOKENS)
+    audio_token = token_attr(config, *_AUDIO_TOKENS)
     if audio_token is None:
         return None
     batch = ids.shape[0]
-    count = _count_features(model, sound, "get_audio_features")
+    count = count_features(model, sound, "get_audio_features")
     if count is None or count == 0 or count % batch:
         return None
-    start = _token_attr(config, "audio_start", "audio_bos", "begin_of_audio", "start_of_audio")
-    end = _token_attr(config, "audio_end", "audio_eos", "end_of_audio")
+    start = token_attr(config, "audio_start", "audio_bos", "begin_of_audio", "start_of_audio")
+    end = token_attr(config, "audio_end", "audio_eos", "end_of_audio")
     middle = ([start] if start is not None else []) + [audio_token] * (count // batch) + \
         ([end] if end is not None else [])
     rows = [torch.cat([row[:2], torch.tensor(middle, dtype=row.dtype), row[2:]]) for row in ids]
@@ -111,16 +111,16 @@ def _with_audio_tokens(config: Any, model: nn.Module, ids: torch.Tensor, sound: 
 _FRAMES = ("num_frames", "frames_per_clip")
 
 
-def _video_inputs(config: Any, accepted: set[str], batch: int, g: torch.Generator) -> list[dict[str, Any]]:
+def video_inputs(config: Any, accepted: set[str], batch: int, g: torch.Generator) -> list[dict[str, Any]]:
     """Videos (batch, frames, channels, height, width) of the config's own frame count (``num_frames``,
     ``frames_per_clip``) and image size, under the name the forward takes (``pixel_values_videos``,
     else ``pixel_values``); none when the config names no frame count."""
     name = next((n for n in ("pixel_values_videos", "pixel_values") if n in accepted), None)
-    frames = _first_int(config, *_FRAMES)
+    frames = first_int(config, *_FRAMES)
     if name is None or not frames or frames <= 0:
         return []
-    node = _vision_node(config) or next((n for n in config_tree(config) if image_size(n) is not None), config)
-    channels = _first_int(node, "num_channels", "in_channels", "in_chans") or 3
+    node = vision_node(config) or next((n for n in config_tree(config) if image_size(n) is not None), config)
+    channels = first_int(node, "num_channels", "in_channels", "in_chans") or 3
     size = image_size(node)
     if size is None:
         return []
@@ -133,26 +133,26 @@ _SERIES = ("past_values",)
 _SERIES_CAP = 512  # time steps at most, a multiple of the patch length
 
 
-def _series_inputs(config: Any, accepted: set[str], batch: int, g: torch.Generator) -> list[dict[str, Any]]:
+def series_inputs(config: Any, accepted: set[str], batch: int, g: torch.Generator) -> list[dict[str, Any]]:
     """Time series (batch, time) and (batch, time, channels) of the config's context length (at most
     :data:`_SERIES_CAP` steps, a multiple of its patch length) and input channel count, for a forward
     that takes ``past_values``."""
     name = next((n for n in _SERIES if n in accepted), None)
-    length = _first_int(config, "context_length")
+    length = first_int(config, "context_length")
     if name is None or not length or length <= 0:
         return []
-    patch = _first_int(config, "patch_length") or 1
+    patch = first_int(config, "patch_length") or 1
     if length > _SERIES_CAP:
         length = max(patch, _SERIES_CAP // patch * patch)
-    channels = _first_int(config, "num_input_channels", "input_size")
+    channels = first_int(config, "num_input_channels", "input_size")
     found = [{name: torch.randn(batch, length, generator=g)}]
     if channels:
         found.insert(0, {name: torch.randn(batch, length, channels, generator=g)})
     return found
 
 
-class _Makers:
-    """What :func:`_fill_required` fills a required argument with, made from the config and the
+class Makers:
+    """What :func:`fill_required` fills a required argument with, made from the config and the
     candidates already made: token ids, images, waveforms, features, hidden states, masks."""
 
     def __init__(self, config: Any, ids: torch.Tensor | None, images: list[dict[str, Any]],
@@ -200,9 +200,9 @@ def _distinct(tensors: Any) -> list[torch.Tensor]:
 _MAX_FILLED = 4  # filled copies of one candidate at most
 
 
-def _fill_required(params: Any, args: tuple[Any, ...], kwargs: dict[str, Any], makers: _Makers) -> list[Inputs]:
+def fill_required(params: Any, args: tuple[Any, ...], kwargs: dict[str, Any], makers: Makers) -> list[Inputs]:
     """``(args, kwargs)`` with every argument the forward requires (no default) and they lack made by
-    its name (:class:`_Makers`): token ids, images, waveforms, features (each layout the audio inputs
+    its name (:class:`Makers`): token ids, images, waveforms, features (each layout the audio inputs
     have, a copy each, at most :data:`_MAX_FILLED`), hidden states, masks of the input they are named
     after. Without such an argument the forward cannot be called at all, so a candidate that already
     binds is the only one returned, unchanged."""

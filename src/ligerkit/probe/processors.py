@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from ligerkit.hf import quiet_transformers
-from ligerkit.probe.input_parts import _vision_node
+from ligerkit.probe.input_parts import vision_node
 
 
-def _processor_classes(config: Any, model: nn.Module) -> list[type]:
+def processor_classes(config: Any, model: nn.Module) -> list[type]:
     """The family's image processor classes: transformers' own mapping for the config's model type,
     else the ``image_processing_*`` modules beside the modeling module; for a family derived from others
     without a processor of its own, those of the families it derives from (:func:`parent_families`)."""
@@ -64,15 +64,15 @@ def parent_families(module_name: str) -> list[str]:
     return list(dict.fromkeys(m for m in re.findall(r"^from \.\.(\w+)\.", text, re.M) if m != here.name))
 
 
-def _processed_images(config: Any, model: nn.Module, size: int, batch: int, accepted: set[str],
+def processed_images(config: Any, model: nn.Module, size: int, batch: int, accepted: set[str],
                       g: torch.Generator) -> dict[str, Any] | None:
     """What the family's own image processor makes of ``batch`` random images ``size`` pixels wide:
     pixels with the grids, sizes and masks the model takes."""
     import numpy as np
 
     image = (torch.rand(size, size, 3, generator=g) * 255).to(torch.uint8).numpy()
-    vision = _vision_node(config) or config
-    for cls in _processor_classes(config, model):
+    vision = vision_node(config) or config
+    for cls in processor_classes(config, model):
         try:
             with quiet_transformers(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")

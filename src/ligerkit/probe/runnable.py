@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from ligerkit.probe.inputs import BATCH, input_candidates
-from ligerkit.probe.top_model import _base_config, config_fingerprint, _make, _meta, meta_build_error, top_model_class
+from ligerkit.probe.top_model import (base_config, config_fingerprint, make_model, meta_build_error, meta_model,
+                                      top_model_class)
 from ligerkit.probe.top_model import class_references, module_config
 from ligerkit.shrink import iter_whole_model_configs, whole_model_configs
 
@@ -101,7 +102,7 @@ def build_model_class(cls: type, config: Any, device: str | torch.device = "cpu"
     torch.manual_seed(0)
     try:
         with torch.device(device):
-            return _make(cls, config)
+            return make_model(cls, config)
     except Exception as exc:
         raise Unrunnable(f"{cls.__name__} does not build from this config ({_short(exc)})") from exc
 
@@ -126,18 +127,18 @@ def runnable_model(module: types.ModuleType, config: Any, watch: Watch, device: 
     device against :func:`parameter_budget`. Raises :class:`Unrunnable` naming the class, the
     configs tried and the last error; never falls back to a smaller class.
     """
-    given_config, given = _base_config(module, config)
+    given_config, given = base_config(module, config)
     top = top_model_class(module, given_config if given else None)
     if top is None:
         raise Unrunnable(f"{module.__name__} has no model class that takes a config")
-    base = given_config if given else _base_config(module, None, top)[0]
+    base = given_config if given else base_config(module, None, top)[0]
     if base is None:
         raise Unrunnable(f"no config to build {top.__name__} from (pass config=)")
     budget = parameter_budget(device)
     tried: list[str] = []
     ran = inputs_failed = False
     for label, cfg in _trials(top, base, given):
-        meta = _meta(top, cfg)
+        meta = meta_model(top, cfg)
         if meta is None:
             tried.append(f"{label}: {_build_error(top, cfg)}")
             continue
@@ -219,7 +220,7 @@ def _trials(top: type, base: Any, given: bool) -> _Lazy:
     if key not in _TRIALS:
         if len(_TRIALS) > 32:
             _TRIALS.clear()
-        _TRIALS[key] = _Lazy(iter_whole_model_configs(base, given, lambda c: _meta(top, c),
+        _TRIALS[key] = _Lazy(iter_whole_model_configs(base, given, lambda c: meta_model(top, c),
                                                       lambda c: meta_build_error(top, c)))
     return _TRIALS[key]
 

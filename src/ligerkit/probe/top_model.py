@@ -60,7 +60,8 @@ def _takes_config(cls: type) -> bool:
     return len(required) == 1
 
 
-def _make(cls: type, config: Any) -> nn.Module:
+def make_model(cls: type, config: Any) -> nn.Module:
+    """``cls`` built from ``config`` in float32, quietly (``_from_config`` for a transformers model)."""
     with warnings.catch_warnings(), quiet_transformers():
         warnings.simplefilter("ignore")
         if hasattr(cls, "_from_config") and hasattr(cls, "config_class"):
@@ -68,10 +69,11 @@ def _make(cls: type, config: Any) -> nn.Module:
         return cls(config).float()
 
 
-def _meta(cls: type, config: Any) -> nn.Module | None:
+def meta_model(cls: type, config: Any) -> nn.Module | None:
+    """``cls`` built from ``config`` on the meta device, or ``None`` when it does not build."""
     try:
         with torch.device("meta"):
-            return _make(cls, config)
+            return make_model(cls, config)
     except Exception:
         return None
 
@@ -80,7 +82,7 @@ def meta_build_error(cls: type, config: Any) -> BaseException | None:
     """Why ``cls`` does not build from ``config`` on the meta device; ``None`` when it builds."""
     try:
         with torch.device("meta"):
-            _make(cls, config)
+            make_model(cls, config)
     except Exception as exc:
         return exc
     return None
@@ -146,7 +148,7 @@ def top_model_class(module: types.ModuleType, config: Any = None) -> type | None
     top: it is never replaced by a block it contains. ``None`` when no class of the module takes a
     config. Cached per module and config.
     """
-    base, is_given = _base_config(module, config)
+    base, is_given = base_config(module, config)
     given = base if is_given else None
     key = (module.__name__, config_fingerprint(given) if given is not None else "")
     if key not in _TOPS:
@@ -169,7 +171,7 @@ def _top_model_class(module: types.ModuleType, given: Any) -> type | None:
             continue
         if id(base) not in trials:
             trials[id(base)] = next(iter(iter_whole_model_configs(base, False)), ("", base))[1]
-        model = _meta(cls, trials[id(base)])
+        model = meta_model(cls, trials[id(base)])
         if model is not None:
             built[cls] = {type(m) for m in model.modules()
                           if type(m).__module__ == module.__name__ and m is not model}
@@ -226,7 +228,7 @@ def _default_config(module: types.ModuleType, cls: type | None = None) -> Any:
 
 # --- building and running ---------------------------------------------------------------------------
 
-def _base_config(module: types.ModuleType, config: Any, top: type | None = None) -> tuple[Any, bool]:
+def base_config(module: types.ModuleType, config: Any, top: type | None = None) -> tuple[Any, bool]:
     """The config to shrink and whether the caller gave it. ``None``, or a config equal to the
     module's small default (:func:`module_config`), means the family's own default config (of
     ``top``'s ``config_class`` when given)."""

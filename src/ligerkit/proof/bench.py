@@ -26,7 +26,7 @@ from typing import Any
 
 from ligerkit.errors import InvalidOptionError, LigerKitError
 from ligerkit.probe.tolerance import GradTolerance
-from ligerkit.proof.arms import ArmFailedError, Runner, summarize
+from ligerkit.proof.arm_runs import ArmFailedError, Runner, summarize
 from ligerkit.proof.bench_log import BenchLog
 from ligerkit.proof.bench_output import to_markdown, write_outputs
 from ligerkit.proof.fits import out_of_memory_error, unfit_reason

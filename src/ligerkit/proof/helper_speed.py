@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ligerkit.proof.arms import Runner, run_arm, summarize
+from ligerkit.proof.arm_runs import Runner, run_arm, summarize
 
 LIGER_OFF = ["model.liger_kernel.enabled=false"]
 LIGER_ON = ["model.liger_kernel.enabled=true"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import InvalidOptionError, LigerKitError
-from ligerkit.proof.arms import ArmFailedError, Runner, summarize
+from ligerkit.proof.arm_runs import ArmFailedError, Runner, summarize
 from ligerkit.proof.fits import does_not_fit
 
 LOSS_REFERENCES = ("eager", "float32")

@@ -6,7 +6,7 @@
 - ``strong``: N GPUs sharing the one-GPU run's global batch ``G`` (the micro-batch shrinks to
   ``G / N`` when it no longer fits a rank's share). Efficiency is the speed-up over one GPU, over N.
 
-Every run is a fresh training process (``ligerkit.proof.arms``; ``torchrun`` and FSDP2 when N > 1)
+Every run is a fresh training process (``ligerkit.proof.arm_runs``; ``torchrun`` and FSDP2 when N > 1)
 from the same seed and data. With ``repeats`` > 1 the runs go in rounds and each figure is the
 median of the per-round ratios, each against the one-GPU run of its own round.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.errors import LigerKitError
-from ligerkit.proof.arms import Runner, summarize
+from ligerkit.proof.arm_runs import Runner, summarize
 from ligerkit.proof.bench import arm_overrides, check_run_options
 from ligerkit.train.config import load_recipe_config
 

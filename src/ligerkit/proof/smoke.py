@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ligerkit.train.config import load_recipe_config
-from ligerkit.proof.arms import summarize
+from ligerkit.proof.arm_runs import summarize
 from ligerkit.proof.grads import FAIL, PASS, GradParity
-from ligerkit.proof.arms import Runner
+from ligerkit.proof.arm_runs import Runner
 
 # (loss absolute tolerance, grad-norm relative tolerance) by training dtype
 TOLERANCES = {"bfloat16": (1e-2, 0.1), "float32": (1e-4, 1e-3)}

@@ -57,7 +57,7 @@ from ligerkit.shrink.parts import (
 )
 from ligerkit.shrink.relations import axial_length, axial_positions, fitted_sections, sections_misfit
 from ligerkit.shrink.repair import repaired_config
-from ligerkit.shrink.tree import _DEPTH, _get, config_tree, divide_widths, width_shift
+from ligerkit.shrink.tree import DEPTH_KEYS, read_attr, config_tree, divide_widths, width_shift
 
 __all__ = ["axial_length", "config_tree", "iter_whole_model_configs", "layer_types", "repaired_config",
            "special_token_ids", "whole_model_configs"]
@@ -132,8 +132,8 @@ def iter_whole_model_configs(config: Any, given: bool = False, build: Callable[[
 
 
 def _label(label: str, shift: int, config: Any, notes: Sequence[str] = (), fitted: bool = False) -> str:
-    depths = sorted({_get(n, k) for n in config_tree(config) for k in _DEPTH
-                     if isinstance(_get(n, k), int) and not isinstance(_get(n, k), bool)})
+    depths = sorted({read_attr(n, k) for n in config_tree(config) for k in DEPTH_KEYS
+                     if isinstance(read_attr(n, k), int) and not isinstance(read_attr(n, k), bool)})
     details = [f"widths / {1 << shift}" if shift else "", f"{'/'.join(map(str, depths))} layers" if depths else "",
                f"default repaired: {', '.join(notes)}" if notes else "",
                "rope sections fitted to the rotary dims" if fitted else ""]

@@ -12,13 +12,13 @@ from torch import nn
 from ligerkit.shrink.tree import (
     MAX_PREFIX,
     MIN_LAYERS,
-    _DEPTH,
-    _NOT_PER_LAYER,
-    _PATTERN_STRINGS,
-    _PATTERN_SUBJECTS,
-    _get,
-    _ints,
-    _set,
+    DEPTH_KEYS,
+    NOT_PER_LAYER,
+    PATTERN_STRINGS,
+    PATTERN_SUBJECTS,
+    read_attr,
+    int_attrs,
+    write_attr,
     config_tree,
     width_kind,
 )
@@ -29,8 +29,8 @@ from ligerkit.shrink.tree import (
 def _depth_groups(node: Any) -> dict[int, list[str]]:
     """Depth attributes of one config, by value."""
     groups: dict[int, list[str]] = {}
-    for name in _DEPTH:
-        value = _get(node, name)
+    for name in DEPTH_KEYS:
+        value = read_attr(node, name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 1:
             groups.setdefault(value, []).append(name)
     return groups
@@ -41,9 +41,9 @@ def _per_layer(node: Any, depth: int, names: list[str]) -> tuple[list[str], list
     per layer, and lists of layer indices."""
     sequences, indices = [], []
     for name, value in vars(node).items():
-        if name in names or name.startswith("_") or any(part in name for part in _NOT_PER_LAYER):
+        if name in names or name.startswith("_") or any(part in name for part in NOT_PER_LAYER):
             continue
-        if isinstance(value, str) and len(value) == depth and any(p in name for p in _PATTERN_STRINGS):
+        if isinstance(value, str) and len(value) == depth and any(p in name for p in PATTERN_STRINGS):
             sequences.append(name)
         elif isinstance(value, (list, tuple)) and len(value) == depth and not _increasing(value):
             sequences.append(name)
@@ -65,7 +65,7 @@ def _pattern_kind(name: str) -> str | None:
     ``"last"`` (the last N: layers sharing another's key/values), ``"period"`` / ``"offset"`` (every
     N-th layer, from an offset), else ``None``."""
     low = name.lower()
-    if width_kind(name) is not None or low.startswith("_") or not any(p in low for p in _PATTERN_SUBJECTS):
+    if width_kind(name) is not None or low.startswith("_") or not any(p in low for p in PATTERN_SUBJECTS):
         return None
     if low.startswith("first_k") or "dense" in low and ("layer" in low or "replace" in low):
         return "first"
@@ -80,7 +80,7 @@ def _pattern_kind(name: str) -> str | None:
 
 def _regions(node: Any, depth: int) -> dict[str, tuple[str, int]]:
     """First-N and last-N layer settings of one config that split a ``depth``-deep stack."""
-    return {name: (kind, value) for name, value in _ints(node).items()
+    return {name: (kind, value) for name, value in int_attrs(node).items()
             if (kind := _pattern_kind(name)) in ("first", "last") and 0 < value < depth}
 
 
@@ -89,29 +89,29 @@ def _in_region(i: int, depth: int, kind: str, value: int) -> bool:
 
 
 def _reduce_patterns(node: Any) -> None:
-    for name, value in _ints(node).items():
+    for name, value in int_attrs(node).items():
         if _pattern_kind(name) == "period" and value > 2:
-            _set(node, name, 2)
-    for name, value in _ints(node).items():
+            write_attr(node, name, 2)
+    for name, value in int_attrs(node).items():
         if _pattern_kind(name) == "offset" and value > 1:
-            _set(node, name, 1)
+            write_attr(node, name, 1)
 
 
 def _cut(node: Any, keep: list[int], depth: int, names: list[str]) -> None:
     """Keep layers ``keep`` (sorted indices into the original ``depth``) of one depth group."""
     sequences, indices = _per_layer(node, depth, names)
     for name in sequences:
-        value = _get(node, name)
+        value = read_attr(node, name)
         picked = [value[i] for i in keep]
-        _set(node, name, "".join(picked) if isinstance(value, str) else type(value)(picked))
+        write_attr(node, name, "".join(picked) if isinstance(value, str) else type(value)(picked))
     position = {old: new for new, old in enumerate(keep)}
     for name in indices:
-        value = _get(node, name)
-        _set(node, name, type(value)(position[i] for i in value if i in position))
+        value = read_attr(node, name)
+        write_attr(node, name, type(value)(position[i] for i in value if i in position))
     for name, (kind, value) in _regions(node, depth).items():
-        _set(node, name, sum(_in_region(i, depth, kind, value) for i in keep))
+        write_attr(node, name, sum(_in_region(i, depth, kind, value) for i in keep))
     for name in names:
-        _set(node, name, len(keep))
+        write_attr(node, name, len(keep))
     _cut_stages(node, keep, depth)
 
 
@@ -119,10 +119,10 @@ def _cut_stages(node: Any, keep: list[int], depth: int) -> None:
     """A backbone's stages (``stage_names``: a stem, then one per layer) cut to the kept layers, and
     its output features moved with them: a feature of a dropped layer is taken from the nearest kept
     layer below it (the stem stays the stem), so a backbone still returns feature maps."""
-    stages = _get(node, "stage_names")
+    stages = read_attr(node, "stage_names")
     if not (isinstance(stages, list) and len(stages) == depth + 1 and all(isinstance(n, str) for n in stages)):
         return
-    wanted = _get(node, "out_features")
+    wanted = read_attr(node, "out_features")
     new = stages[: len(keep) + 1]
 
     def moved(name: str) -> str:
@@ -133,7 +133,7 @@ def _cut_stages(node: Any, keep: list[int], depth: int) -> None:
         return new[(below[-1] if below else 0) + 1]
 
     features = list(dict.fromkeys(moved(n) for n in wanted if n in stages)) if isinstance(wanted, list) else None
-    _set(node, "stage_names", new)
+    write_attr(node, "stage_names", new)
     setter = getattr(node, "set_output_features_output_indices", None)
     if callable(setter) and features is not None:
         try:
@@ -149,7 +149,7 @@ def _distinct_layers(node: Any, depth: int, names: list[str]) -> list[int]:
     regions = _regions(node, depth).values()
     seen: dict[tuple[Any, ...], int] = {}
     for i in range(depth):
-        key = tuple(repr(_get(node, s)[i]) for s in sequences) + tuple(i in _get(node, n) for n in indices) + \
+        key = tuple(repr(read_attr(node, s)[i]) for s in sequences) + tuple(i in read_attr(node, n) for n in indices) + \
             tuple(_in_region(i, depth, kind, value) for kind, value in regions)
         seen.setdefault(key, i)
     return sorted(seen.values())
@@ -253,7 +253,7 @@ def _foreign_indices(config: Any, nodes: list[tuple[int, Any, dict[int, list[str
         below = [(where[id(sub)], depth) for sub in config_tree(node)[1:] for depth in _depth_groups(sub)]
         for name, value in vars(node).items():
             if name in own or name.startswith("_") or not _increasing(value) or \
-                    "layer" not in name or any(part in name for part in _NOT_PER_LAYER):
+                    "layer" not in name or any(part in name for part in NOT_PER_LAYER):
                 continue
             stacks = [(j, depth) for j, depth in below if value[-1] < depth]
             if stacks:
@@ -266,9 +266,9 @@ def _remap_foreign(tree: list[Any], foreign: Foreign, kept: dict[tuple[int, int]
     dropped layer takes the nearest kept layer below it (the first where none is), repeats merged, so
     every index stays inside every stack it may point into."""
     for i, name, stacks in foreign:
-        value = _get(tree[i], name)
+        value = read_attr(tree[i], name)
         moved = [min(_nearest_below(kept.get(stack, list(range(stack[1]))), v) for stack in stacks) for v in value]
-        _set(tree[i], name, type(value)(dict.fromkeys(moved)))
+        write_attr(tree[i], name, type(value)(dict.fromkeys(moved)))
 
 
 def _nearest_below(keep: list[int], index: int) -> int:

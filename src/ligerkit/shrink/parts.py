@@ -13,14 +13,14 @@ from ligerkit.shrink.tree import (
     MIN_LAYERS,
     SMALL_VOCAB,
     WINDOW,
-    _GROUPS,
-    _IMAGE_TOKENS,
-    _SHARED,
-    _TOPK_GROUPS,
-    _TOP_K,
-    _get,
-    _ints,
-    _set,
+    GROUP_KEYS,
+    IMAGE_TOKEN_KEYS,
+    SHARED_EXPERT_KEYS,
+    TOPK_GROUP_KEYS,
+    TOP_K_KEYS,
+    read_attr,
+    int_attrs,
+    write_attr,
     config_tree,
     expert_count,
 )
@@ -34,31 +34,31 @@ def few_experts(config: Any, count: int = FEW_EXPERTS) -> None:
         values = vars(node)
         for name, default in EXPERT_DEFAULTS.items():
             if name in values and values[name] is None:
-                _set(node, name, default)
-        groups = next((values[g] for g in _GROUPS if isinstance(values.get(g), int) and values[g] > 1), 1)
+                write_attr(node, name, default)
+        groups = next((values[g] for g in GROUP_KEYS if isinstance(values.get(g), int) and values[g] > 1), 1)
         new_groups = min(groups, 2)
         total = max(count, 2 * new_groups)
         for name in [n for n in values if expert_count(n)]:
             value = values.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > total:
-                _set(node, name, total)
+                write_attr(node, name, total)
             elif isinstance(value, list) and all(isinstance(v, int) for v in value):
-                _set(node, name, [min(v, total) for v in value])
-        for name in _GROUPS:
+                write_attr(node, name, [min(v, total) for v in value])
+        for name in GROUP_KEYS:
             if isinstance(values.get(name), int) and values[name] > 1:
-                _set(node, name, new_groups)
-        for name in _TOPK_GROUPS:
+                write_attr(node, name, new_groups)
+        for name in TOPK_GROUP_KEYS:
             value = values.get(name)
             if isinstance(value, int) and value > 0:
-                _set(node, name, new_groups if value >= groups else max(1, min(value, new_groups - 1)))
-        for name in _TOP_K:
+                write_attr(node, name, new_groups if value >= groups else max(1, min(value, new_groups - 1)))
+        for name in TOP_K_KEYS:
             value = values.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOP_K:
-                _set(node, name, MAX_TOP_K)
-        for name in _SHARED:
+                write_attr(node, name, MAX_TOP_K)
+        for name in SHARED_EXPERT_KEYS:
             value = values.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-                _set(node, name, 1)
+                write_attr(node, name, 1)
 
 
 def _token_names(node: Any) -> list[str]:
@@ -71,7 +71,7 @@ def special_token_ids(config: Any) -> set[int]:
     found: set[int] = set()
     for node in config_tree(config):
         for name in _token_names(node):
-            value = _get(node, name)
+            value = read_attr(node, name)
             for v in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
                     found.add(v)
@@ -84,9 +84,9 @@ def small_vocabulary(config: Any, size: int = SMALL_VOCAB) -> None:
     tree = config_tree(config)
     shrunk = False
     for node in tree:
-        for name, value in _ints(node).items():
+        for name, value in int_attrs(node).items():
             if "vocab" in name and "type_vocab" not in name and not name.startswith("_") and value > size:
-                _set(node, name, size)
+                write_attr(node, name, size)
                 shrunk = True
     if not shrunk:
         return
@@ -94,17 +94,17 @@ def small_vocabulary(config: Any, size: int = SMALL_VOCAB) -> None:
     moved = {old: size - len(outside) + i for i, old in enumerate(outside)}
     for node in tree:
         for name in _token_names(node):
-            value = _get(node, name)
+            value = read_attr(node, name)
             if isinstance(value, list):
-                _set(node, name, [moved.get(v, v) if isinstance(v, int) else v for v in value])
+                write_attr(node, name, [moved.get(v, v) if isinstance(v, int) else v for v in value])
             elif isinstance(value, int) and not isinstance(value, bool):
-                _set(node, name, moved.get(value, value))
+                write_attr(node, name, moved.get(value, value))
 
 
 def placeholder_tokens(config: Any) -> None:
     """Image and video placeholder token ids a config leaves unset get free ids at the top of its
     vocabulary (the model then finds its images in the token ids). In place."""
-    vocab = next((v for node in config_tree(config) if isinstance(v := _get(node, "vocab_size"), int)), None)
+    vocab = next((v for node in config_tree(config) if isinstance(v := read_attr(node, "vocab_size"), int)), None)
     if not isinstance(vocab, int):
         return
     taken = special_token_ids(config)
@@ -113,7 +113,7 @@ def placeholder_tokens(config: Any) -> None:
         for name, value in list(vars(node).items()):
             if value is None and ("image_token" in name or "video_token" in name) and \
                     name.endswith(("_id", "_index")) and not name.startswith("_"):
-                _set(node, name, next(free, None))
+                write_attr(node, name, next(free, None))
 
 
 def matched_towers(config: Any) -> None:
@@ -122,12 +122,12 @@ def matched_towers(config: Any) -> None:
     of different sizes. In place."""
     getter = getattr(config, "get_text_config", None)
     text = getter() if callable(getter) else None
-    hidden = _get(text, "hidden_size") if text is not None and text is not config else None
+    hidden = read_attr(text, "hidden_size") if text is not None and text is not config else None
     if not isinstance(hidden, int):
         return
     for node in config_tree(config):
-        if node is not text and isinstance(_get(node, "out_hidden_size"), int) and node.out_hidden_size != hidden:
-            _set(node, "out_hidden_size", hidden)
+        if node is not text and isinstance(read_attr(node, "out_hidden_size"), int) and node.out_hidden_size != hidden:
+            write_attr(node, "out_hidden_size", hidden)
 
 
 def shallow_stages(config: Any, blocks: int = MIN_LAYERS) -> None:
@@ -137,17 +137,17 @@ def shallow_stages(config: Any, blocks: int = MIN_LAYERS) -> None:
         for name, value in list(vars(node).items()):
             if (name == "depths" or name.endswith("_depths")) and isinstance(value, list) and value and \
                     all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-                _set(node, name, [min(v, blocks) for v in value])
+                write_attr(node, name, [min(v, blocks) for v in value])
 
 
 def short_windows(config: Any, window: int = WINDOW) -> None:
     """Sliding windows and attention chunks shorter than the probe sequence, so they take effect."""
     for node in config_tree(config):
-        for name, value in _ints(node).items():
+        for name, value in int_attrs(node).items():
             if name in ("sliding_window", "attention_chunk_size", "sliding_window_size") and value > window:
-                _set(node, name, window)
-        if _get(node, "use_cache") is True:
-            _set(node, "use_cache", False)  # a probe's forward never reads a key/value cache
+                write_attr(node, name, window)
+        if read_attr(node, "use_cache") is True:
+            write_attr(node, "use_cache", False)  # a probe's forward never reads a key/value cache
 
 
 _MERGES = ("spatial_merge_size", "merge_size", "scale_factor", "pixel_shuffle_factor", "spatial_pool_stride",
@@ -163,7 +163,7 @@ def merge_factor(config: Any) -> int:
     factor = 1
     for node in config_tree(config):
         for name, value in vars(node).items():
-            if name == "num_windows" and _get(node, "num_windows_side") is not None:
+            if name == "num_windows" and read_attr(node, "num_windows_side") is not None:
                 continue  # a total count: the per-side one is what the grid must divide by
             if name in _MERGES and isinstance(value, int) and not isinstance(value, bool) and 1 < value <= 8:
                 factor = math.lcm(factor, value)
@@ -188,10 +188,10 @@ def as_pair(value: Any) -> tuple[int, int] | None:
 def _patch(node: Any) -> tuple[int, int] | None:
     """A vision config's patch (height, width): ``patch_size`` (an int or a pair), else the spatial part
     of a video ``tubelet_size`` (time, height, width)."""
-    patch = as_pair(_get(node, "patch_size"))
+    patch = as_pair(read_attr(node, "patch_size"))
     if patch is not None:
         return patch
-    tubelet = _get(node, "tubelet_size")
+    tubelet = read_attr(node, "tubelet_size")
     if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3:
         return as_pair(list(tubelet[1:]))
     return None
@@ -214,8 +214,8 @@ def small_images(config: Any, per_side: int = 4, shrink: bool = True) -> bool:
     changed = False
     merge = merge_factor(config)
     for node in config_tree(config):
-        name = next((n for n in _SIZE_NAMES if as_pair(_get(node, n)) is not None), None)
-        size, patch = (as_pair(_get(node, name)), _patch(node)) if name else (None, None)
+        name = next((n for n in _SIZE_NAMES if as_pair(read_attr(node, n)) is not None), None)
+        size, patch = (as_pair(read_attr(node, name)), _patch(node)) if name else (None, None)
         if size is None or patch is None or size[0] % patch[0] or size[1] % patch[1]:
             continue
         grid = (size[0] // patch[0], size[1] // patch[1])
@@ -225,7 +225,7 @@ def small_images(config: Any, per_side: int = 4, shrink: bool = True) -> bool:
             shift += 1
         new = tuple(-(-(p >> shift) // merge) * merge for p in grid)
         if new != grid:
-            _set(node, name, _like(_get(node, name), (new[0] * patch[0], new[1] * patch[1])))
+            write_attr(node, name, _like(read_attr(node, name), (new[0] * patch[0], new[1] * patch[1])))
             changed = True
         if grid[0] == grid[1] and (shrink or new != grid):
             changed |= _pooled_tokens(config, grid[0], new[0])
@@ -241,16 +241,16 @@ def short_clips(config: Any, clips: int = 2) -> bool:
     probe holds a few frames; in place, ``True`` when anything changed."""
     changed = False
     for node in config_tree(config):
-        if not any(as_pair(_get(node, n)) is not None for n in _SIZE_NAMES):
+        if not any(as_pair(read_attr(node, n)) is not None for n in _SIZE_NAMES):
             continue
-        tubelet = _get(node, "tubelet_size")
+        tubelet = read_attr(node, "tubelet_size")
         step = tubelet[0] if isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 else \
             tubelet if isinstance(tubelet, int) and not isinstance(tubelet, bool) else 1
         want = max(1, clips * step)
         for name in _FRAME_COUNTS:
-            value = _get(node, name)
+            value = read_attr(node, name)
             if isinstance(value, int) and not isinstance(value, bool) and value > want and value % step == 0:
-                _set(node, name, want)
+                write_attr(node, name, want)
                 changed = True
     return changed
 
@@ -260,13 +260,13 @@ def _pooled_tokens(config: Any, old: int, new: int) -> bool:
     same pooling factor where it divides the new grid, else one token per patch."""
     changed = False
     for node in config_tree(config):
-        for name, value in _ints(node).items():
+        for name, value in int_attrs(node).items():
             side = math.isqrt(value) if value > 0 else 0
-            if not any(part in name for part in _IMAGE_TOKENS) or side * side != value:
+            if not any(part in name for part in IMAGE_TOKEN_KEYS) or side * side != value:
                 continue
             factor = max(1, old // side) if old % side == 0 or side > old else 0
             fits = new if not factor or new % factor else new // factor
             if fits != side:
-                _set(node, name, fits * fits)
+                write_attr(node, name, fits * fits)
                 changed = True
     return changed

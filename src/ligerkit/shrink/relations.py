@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from ligerkit.shrink.tree import _get, _ints, _set, config_tree
+from ligerkit.shrink.tree import read_attr, int_attrs, write_attr, config_tree
 
 _ROPE_DICTS = ("rope_parameters", "rope_scaling")
 
@@ -71,7 +71,7 @@ def _rope_owners(config: Any, module: nn.Module) -> list[Any]:
     """The configs of ``config``'s tree whose rope dict ``module`` reads: those of the type of its own
     ``config`` attribute, else the text config, else every config with a rope dict."""
     tree = config_tree(config)
-    with_rope = [n for n in tree if any(isinstance(_get(n, k), dict) for k in _ROPE_DICTS)]
+    with_rope = [n for n in tree if any(isinstance(read_attr(n, k), dict) for k in _ROPE_DICTS)]
     own = getattr(module, "config", None)
     if own is not None:
         typed = [n for n in with_rope if type(n) is type(own)]
@@ -118,7 +118,7 @@ def fitted_sections(config: Any, build: Callable[[Any], nn.Module | None] | None
             return config, False
         for node in _rope_owners(fixed, module):
             for key in _ROPE_DICTS:
-                rope = _get(node, key)
+                rope = read_attr(node, key)
                 if isinstance(rope, dict):
                     rope[name] = list(fitted)
                     break
@@ -146,7 +146,7 @@ def axial_positions(config: Any, positions: int = AXIAL_POSITIONS) -> bool:
     their type; ``True`` when anything changed."""
     changed = False
     for node in config_tree(config):
-        ints = _ints(node)
+        ints = int_attrs(node)
         hidden = next((ints[k] for k in ("hidden_size", "d_model") if ints.get(k)), None)
         for name, value in list(vars(node).items()):
             if not name.startswith("axial") or not _ints_seq(value):
@@ -154,14 +154,14 @@ def axial_positions(config: Any, positions: int = AXIAL_POSITIONS) -> bool:
             if "dim" in name and hidden and sum(value) != hidden:
                 fitted = fit_section(list(value), hidden)
                 if fitted is not None:
-                    _set(node, name, type(value)(fitted))
+                    write_attr(node, name, type(value)(fitted))
                     changed = True
             elif "shape" in name:
                 shape = list(value)
                 while math.prod(shape) > positions and max(shape) > 1 and max(shape) % 2 == 0:
                     shape[shape.index(max(shape))] //= 2
                 if shape != list(value):
-                    _set(node, name, type(value)(shape))
+                    write_attr(node, name, type(value)(shape))
                     changed = True
     return changed
 

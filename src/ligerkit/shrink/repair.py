@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ligerkit.shrink.tree import _HEADS, _get, _set, config_tree
+from ligerkit.shrink.tree import HEAD_KEYS, read_attr, write_attr, config_tree
 
 _HIDDEN = ("hidden_size", "d_model", "n_embd", "embed_dim")
 _MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
@@ -60,17 +60,17 @@ def unset_derived_fields(config: Any) -> list[str]:
     notes: dict[str, None] = {}
     for node in config_tree(config):
         values = vars(node)
-        heads = next((values[h] for h in _HEADS if _is_int(values.get(h)) and values[h] > 0), None)
+        heads = next((values[h] for h in HEAD_KEYS if _is_int(values.get(h)) and values[h] > 0), None)
         hidden = next((values[h] for h in _HIDDEN if _is_int(values.get(h)) and values[h] > 0), None)
         if "head_dim" in values and values["head_dim"] is None and heads and hidden and hidden % heads == 0:
-            _set(node, "head_dim", hidden // heads)
+            write_attr(node, "head_dim", hidden // heads)
             notes["head_dim = hidden_size // num_attention_heads"] = None
         if "num_key_value_heads" in values and values["num_key_value_heads"] is None and heads:
-            _set(node, "num_key_value_heads", heads)
+            write_attr(node, "num_key_value_heads", heads)
             notes["num_key_value_heads = num_attention_heads"] = None
         for name, value in list(values.items()):
             if isinstance(value, tuple) and value and all(_is_int(v) for v in value) and not name.startswith("_"):
-                _set(node, name, list(value))
+                write_attr(node, name, list(value))
                 notes["tuples as lists (as JSON loads them)"] = None
     return list(notes)
 
@@ -86,14 +86,14 @@ def missing_setting(config: Any, failure: BaseException) -> str | None:
     tree = config_tree(config)
     for node in (n for n in tree if type(n).__name__ == owner and name not in vars(n)):
         if name == "num_key_value_heads":
-            heads = next((_get(node, h) for h in _HEADS if _is_int(_get(node, h))), None)
+            heads = next((read_attr(node, h) for h in HEAD_KEYS if _is_int(read_attr(node, h))), None)
             if heads:
-                _set(node, name, heads)
+                write_attr(node, name, heads)
                 return f"{owner}.num_key_value_heads = num_attention_heads"
         for holder in _holders(node, tree):
             value = _setting(holder, name)
             if value is not None:
-                _set(node, name, copy.deepcopy(value))
+                write_attr(node, name, copy.deepcopy(value))
                 if name in vars(node):
                     return f"{owner}.{name} from {type(holder).__name__}"
     return None

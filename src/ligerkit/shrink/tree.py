@@ -17,26 +17,26 @@ MAX_TOP_K = 2
 MIN_LAYERS = 2
 MAX_PREFIX = 16  # a prefix of the layers longer than this is not tried: the depth stays as it is
 
-_DEPTH = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "depth", "encoder_layers", "decoder_layers")
-_HEADS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
+DEPTH_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "depth", "encoder_layers", "decoder_layers")
+HEAD_KEYS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
           "decoder_attention_heads", "attention_heads")
 _EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts", "num_routed_experts",
             "n_experts")
-_TOP_K = ("num_experts_per_tok", "num_experts_per_token", "moe_k", "moe_topk", "router_top_k", "experts_per_token",
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k", "moe_topk", "router_top_k", "experts_per_token",
           "num_selected_experts", "top_k")
 _NOT_EXPERT_COUNTS = ("per_tok", "per_token", "shared", "group", "topk", "top_k", "capacity", "layer", "freq", "step")
-_GROUPS = ("n_group", "num_expert_group", "moe_num_groups")
-_TOPK_GROUPS = ("topk_group", "topk_groups")
-_SHARED = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+GROUP_KEYS = ("n_group", "num_expert_group", "moe_num_groups")
+TOPK_GROUP_KEYS = ("topk_group", "topk_groups")
+SHARED_EXPERT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
 # MoE configs whose defaults leave an expert count unset (the model then builds no MoE block) get these.
 EXPERT_DEFAULTS = {"n_routed_experts": 4, "num_experts": 4, "num_local_experts": 4, "n_shared_experts": 1,
                    "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
 _NOT_WIDTH = ("vocab", "position", "patch", "image", "window", "kernel", "conv", "chunk", "state", "bucket", "max_",
               "num_", "mel", "sample", "frame", "codebook", "token")
-_NOT_PER_LAYER = ("token", "mean", "std", "pinpoint", "section", "limit", "range", "shape", "grid", "image")
-_PATTERN_SUBJECTS = ("layer", "attention", "attn", "sparse", "moe", "expert", "rope", "window", "dense")
-_PATTERN_STRINGS = ("pattern", "layer", "type", "block")  # a string with one character per layer
-_IMAGE_TOKENS = ("tokens_per_image", "num_image_tokens", "image_seq_length", "image_token_count", "mm_tokens")
+NOT_PER_LAYER = ("token", "mean", "std", "pinpoint", "section", "limit", "range", "shape", "grid", "image")
+PATTERN_SUBJECTS = ("layer", "attention", "attn", "sparse", "moe", "expert", "rope", "window", "dense")
+PATTERN_STRINGS = ("pattern", "layer", "type", "block")  # a string with one character per layer
+IMAGE_TOKEN_KEYS = ("tokens_per_image", "num_image_tokens", "image_seq_length", "image_token_count", "mm_tokens")
 
 
 # --- the config tree ------------------------------------------------------------------------------
@@ -72,13 +72,14 @@ def _is_config(value: Any) -> bool:
     return any(k in vars(value) or k in vars(type(value)) for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
 
 
-def _ints(node: Any) -> dict[str, int]:
+def int_attrs(node: Any) -> dict[str, int]:
+    """``node``'s int attributes (bools left out)."""
     return {k: v for k, v in vars(node).items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _int_lists(node: Any) -> dict[str, list[int]]:
     """Every int attribute of ``node`` as a one-element list, and every list of ints (per-layer widths)."""
-    found = {k: [v] for k, v in _ints(node).items()}
+    found = {k: [v] for k, v in int_attrs(node).items()}
     found.update({k: list(v) for k, v in vars(node).items() if isinstance(v, list) and v
                   and all(isinstance(x, int) and not isinstance(x, bool) for x in v)})
     return found
@@ -87,7 +88,7 @@ def _int_lists(node: Any) -> dict[str, list[int]]:
 _MISSING = object()
 
 
-def _get(node: Any, name: str, default: Any = None) -> Any:
+def read_attr(node: Any, name: str, default: Any = None) -> Any:
     """``node``'s attribute ``name`` (instance attributes first: a config may refuse ``getattr`` for
     some, e.g. per-layer ones), else ``default``."""
     value = vars(node).get(name, _MISSING) if hasattr(node, "__dict__") else _MISSING
@@ -99,7 +100,8 @@ def _get(node: Any, name: str, default: Any = None) -> Any:
         return default
 
 
-def _set(node: Any, name: str, value: Any) -> None:
+def write_attr(node: Any, name: str, value: Any) -> None:
+    """Set ``node``'s attribute ``name``; a read-only one (derived by the config) is left as it is."""
     try:
         setattr(node, name, value)
     except Exception:  # a read-only (computed) attribute: the config derives it
@@ -138,9 +140,9 @@ def width_kind(name: str) -> str | None:
 
 
 def _rotary_factor(node: Any) -> float | None:
-    factor = _get(node, "partial_rotary_factor")
+    factor = read_attr(node, "partial_rotary_factor")
     for key in ("rope_parameters", "rope_scaling"):
-        rope = _get(node, key)
+        rope = read_attr(node, key)
         if isinstance(rope, dict):
             factor = rope.get("partial_rotary_factor", factor)
     return factor if isinstance(factor, float) and 0 < factor < 1 else None
@@ -150,7 +152,7 @@ def _sections(node: Any) -> list[list[int]]:
     """mRoPE-style sections (lists of ints in the rope dicts) that add up to a part of a head."""
     found = []
     for key in ("rope_parameters", "rope_scaling"):
-        rope = _get(node, key)
+        rope = read_attr(node, key)
         for value in (rope.values() if isinstance(rope, dict) else ()):
             if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
                 found.append(value)
@@ -160,10 +162,10 @@ def _sections(node: Any) -> list[list[int]]:
 def _head_dims(node: Any) -> list[int]:
     """Every per-head width of one config: explicit ones, else each hidden size over the head count (a
     vision config may name both its own width, ``embed_dim``, and the width it hands on, ``hidden_size``)."""
-    ints = _ints(node)
+    ints = int_attrs(node)
     dims = [v for k, v in ints.items() if width_kind(k) == "head" and v > 0]
-    heads = next((ints[h] for h in _HEADS if ints.get(h)), None)
-    if not isinstance(_get(node, "head_dim"), int) and heads:
+    heads = next((ints[h] for h in HEAD_KEYS if ints.get(h)), None)
+    if not isinstance(read_attr(node, "head_dim"), int) and heads:
         dims += [ints[k] // heads for k in ("hidden_size", "d_model", "n_embd", "embed_dim")
                  if ints.get(k) and ints[k] % heads == 0]
     return dims
@@ -172,13 +174,13 @@ def _head_dims(node: Any) -> list[int]:
 def head_count(name: str) -> bool:
     """Whether a config attribute named ``name`` counts attention (or SSM) heads."""
     low = name.lower()
-    return not low.startswith("_") and (low in _HEADS or "heads" in low) and width_kind(name) is None
+    return not low.startswith("_") and (low in HEAD_KEYS or "heads" in low) and width_kind(name) is None
 
 
 def _fits(tree: list[Any], shift: int, head_dims: bool) -> bool:
     div = 1 << shift
     for node in tree:
-        ints = _ints(node)
+        ints = int_attrs(node)
         for name, values in _int_lists(node).items():
             kind = width_kind(name)
             for value in values:
@@ -186,7 +188,7 @@ def _fits(tree: list[Any], shift: int, head_dims: bool) -> bool:
                     return False
                 if not head_dims and head_count(name) and value >= div and value % div:
                     return False
-        heads = next((ints[h] for h in _HEADS if ints.get(h)), None)
+        heads = next((ints[h] for h in HEAD_KEYS if ints.get(h)), None)
         if not head_dims:
             if heads is not None and heads < div:
                 return False
@@ -210,7 +212,7 @@ def width_shift(config: Any, head_dims: bool = True) -> int:
     with ``head_dims`` the head dims and mRoPE sections are divided too (and stay whole, even and
     above :data:`MIN_HEAD_DIM`), else the head *counts* are (and stay whole, at least one)."""
     tree = config_tree(config)
-    widest = max((v for node in tree for k, v in _ints(node).items()
+    widest = max((v for node in tree for k, v in int_attrs(node).items()
                   if k in ("hidden_size", "d_model", "n_embd", "embed_dim")), default=SMALL_HIDDEN)
     shift = max(0, int(math.floor(math.log2(max(widest, 1) / SMALL_HIDDEN))))
     while shift > 0 and not _fits(tree, shift, head_dims):
@@ -223,7 +225,7 @@ def _tied_widths(config: Any) -> set[tuple[int, str]]:
     convolution's group count), which must scale with it."""
     tied = set()
     for node in config_tree(config):
-        ints = _ints(node)
+        ints = int_attrs(node)
         hidden = next((ints[k] for k in ("hidden_size", "d_model", "n_embd", "embed_dim") if ints.get(k)), None)
         for name, value in ints.items():
             if hidden and hidden >= 64 and value == hidden and width_kind(name) is None and not head_count(name) \
@@ -241,7 +243,7 @@ def divide_widths(config: Any, shift: int, head_dims: bool = True) -> None:
         return
     div = 1 << shift
     tied = _tied_widths(config)
-    before = {id(node): _ints(node) for node in config_tree(config)}
+    before = {id(node): int_attrs(node) for node in config_tree(config)}
 
     def divided(kind: str | None, value: int) -> int:
         if value <= 0:
@@ -256,7 +258,7 @@ def divide_widths(config: Any, shift: int, head_dims: bool = True) -> None:
             if (kind is None and not (not head_dims and head_count(name))) or (kind == "head" and not head_dims):
                 continue
             new = [divided(kind, v) for v in values]
-            _set(node, name, new if isinstance(_get(node, name), list) else new[0])
+            write_attr(node, name, new if isinstance(read_attr(node, name), list) else new[0])
         for section in _sections(node) if head_dims else ():
             section[:] = [max(1, v // div) for v in section]
         if not head_dims:
@@ -265,13 +267,13 @@ def divide_widths(config: Any, shift: int, head_dims: bool = True) -> None:
 
 def _regroup(node: Any, before: dict[str, int]) -> None:
     """Group counts that divided a head count before it was divided still divide it (SSM groups)."""
-    heads = {k: v for k, v in _ints(node).items() if head_count(k)}
-    for name, value in _ints(node).items():
+    heads = {k: v for k, v in int_attrs(node).items() if head_count(k)}
+    for name, value in int_attrs(node).items():
         if "group" not in name.lower() or name.startswith("_") or expert_count(name) or value <= 1:
             continue
         for head, count in heads.items():
             if before.get(head, 0) % value == 0 and count % value:
-                _set(node, name, math.gcd(value, count))
+                write_attr(node, name, math.gcd(value, count))
                 break
 
 

@@ -18,7 +18,7 @@ from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
 from ligerkit.probe.call_sites import DIFFERS, NEVER_CALLED, call_sites
 from ligerkit.probe.symbols import discover
 from ligerkit.suggest.construction import construction_problem
-from ligerkit.suggest.inputs import SuggestError, load_config, load_module
+from ligerkit.suggest.target import SuggestError, load_config, load_module
 from ligerkit.suggest.needs import check_config_keys
 from ligerkit.suggest.official import OfficialHelper, official_helper
 

@@ -22,7 +22,7 @@ import torch
 
 from ligerkit.hf import quiet_transformers
 from ligerkit.probe.catalog import by_kind
-from ligerkit.suggest.inputs import SuggestError
+from ligerkit.suggest.target import SuggestError
 
 _MODEL_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "Model")
 

@@ -1,4 +1,4 @@
-"""What ``suggest`` probes: the modeling module a user points at, and the small config it builds from."""
+"""The target `suggest` probes: the modeling module a user points at, and the small config it builds from."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Arms: one training run of a recipe config in its own process, and what smoke and bench share.
+"""Arm runs: one training run of a recipe config in its own process, and what smoke and bench share.
 
 Liger's kernels are process-global patches, so every arm (Liger off, Liger on, compiled, ...) is a
 fresh ``ligerkit train --json`` process (``torchrun`` for several GPUs) from the same seed and data.
