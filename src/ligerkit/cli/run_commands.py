@@ -137,7 +137,7 @@ def smoke(
     from pathlib import Path
 
     from ligerkit.proof import arm_runs, smoke
-    from ligerkit.proof.bench import check_run_options
+    from ligerkit.proof.bench_options import check_run_options
     from ligerkit.proof.grads import exit_code
     from ligerkit.proof.recipe_grads import recipe_grad_parity
     from ligerkit.train.config import load_recipe_config
@@ -239,25 +239,26 @@ def bench(
     from ligerkit.errors import ConfigError, InvalidOptionError
     from ligerkit.probe.tolerance import GradTolerance
     from ligerkit.proof import bench as B
+    from ligerkit.proof import bench_output as BO
+    from ligerkit.proof import bench_options as BOpt
     from ligerkit.proof.arm_runs import default_runner, resolve_config
     from ligerkit.proof.bench_log import BenchLog, bench_identity, check_resumable
-    from ligerkit.proof.loss_reference import check_loss_reference
     from ligerkit.proof.recommend import Recommendation
     from ligerkit.train.config import load_recipe_config
 
     def body() -> None:
         config = resolve_config(target)
-        chosen = B.parse_arms(arms)
         overrides = list(set_ or [])
-        B.check_run_options(steps, warmup, nproc, repeats)
-        B.check_loss_tolerance(loss_tolerance)
-        check_loss_reference(loss_reference)
-        grad_tolerance = tolerance(GradTolerance, grad_factor, grad_slack)
-        load_recipe_config(config, overrides)  # a bad config or --set is named before the GPU check
-        B.check_arm_configs(config, chosen, overrides, steps)
         grad_lines = list(grad_set or [])
         if grad_lines and no_grads:
             raise InvalidOptionError("--grad-set sets the gradient check, which --no-grads skips; give one of them")
+        options = BOpt.BenchOptions(BOpt.parse_arms(arms), steps=steps, warmup=warmup, repeats=repeats, nproc=nproc,
+                                    loss_tolerance=loss_tolerance, loss_reference=loss_reference,
+                                    grad_tolerance=tolerance(GradTolerance, grad_factor, grad_slack),
+                                    grad_overrides=tuple(grad_lines))  # every option checked here, once
+        chosen = list(options.arms)
+        load_recipe_config(config, overrides)  # a bad config or --set is named before the GPU check
+        B.check_arm_configs(config, chosen, overrides, steps)
         if grad_lines:
             try:
                 load_recipe_config(config, [*overrides, *B.GRADIENT_PASS_LINES, *grad_lines])
@@ -282,16 +283,14 @@ def bench(
         with Progress(console=err, disable=as_json) as progress:
             task = progress.add_task("bench arms", total=len(chosen) * repeats + (gradients is not None)
                                      + (loss_reference == "float32"))
-            result = B.bench(config, chosen, steps, warmup, overrides, default_runner(),
-                             on_arm=lambda arm: progress.advance(task), nproc=nproc,
-                             loss_tolerance=loss_tolerance, gradients=gradients, grad_tolerance=grad_tolerance,
-                             repeats=repeats, on_speed=lambda partial: B.write_outputs(partial, Path(out_dir)),
-                             grad_overrides=grad_lines, loss_reference=loss_reference, log=log)
-        files = B.write_outputs(result, Path(out_dir))
+            result = B.bench(config, options, overrides, default_runner(), on_arm=lambda arm: progress.advance(task),
+                             gradients=gradients, on_speed=lambda partial: BO.write_outputs(partial, Path(out_dir)),
+                             log=log)
+        files = BO.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result)
         else:
-            out.print(B.to_markdown(result), markup=False)
+            out.print(BO.to_markdown(result), markup=False)
             out.print(f"wrote {', '.join(map(str, files))}", markup=False)
             for line in Recommendation.from_dict(result["recommendation"]).lines():
                 out.print(line, markup=False, soft_wrap=True)

@@ -17,20 +17,18 @@ The gradient pass clears ``train.arm`` (``train.arm=null``): its float32 truth i
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ligerkit.errors import InvalidOptionError, LigerKitError
-from ligerkit.probe.tolerance import GradTolerance
+from ligerkit.errors import LigerKitError
 from ligerkit.proof.arm_runs import ArmFailedError, Runner, summarize
 from ligerkit.proof.bench_log import BenchLog
-from ligerkit.proof.bench_output import to_markdown, write_outputs
 from ligerkit.proof.fits import out_of_memory_error, unfit_reason
-from ligerkit.proof.loss_reference import add_float32_gaps, check_loss_reference, float32_gaps, float32_reference
+from ligerkit.proof.bench_options import BenchOptions
+from ligerkit.proof.loss_reference import add_float32_gaps, float32_gaps, float32_reference
 from ligerkit.proof.recommend import (
     GradErrors,
     check_gradients,
@@ -38,52 +36,17 @@ from ligerkit.proof.recommend import (
     recommend,
     training_lines,
 )
-from ligerkit.train.config.arms import ARMS, DEFAULT_ARMS, is_compiled
+from ligerkit.train.config.arms import ARMS, is_compiled
 from ligerkit.train.config import ConfigError, load_recipe_config
 
-__all__ = ["ARMS", "DEFAULT_ARMS", "DEFAULT_LOSS_TOLERANCE", "GradientsFn", "add_ratios", "arm_overrides", "bench",
-           "check_arm_configs", "check_loss_tolerance", "check_run_options", "combine_rounds", "parse_arms",
-           "recipe_gradients", "to_markdown", "write_outputs"]
+__all__ = ["GradientsFn", "add_ratios", "arm_overrides", "bench", "check_arm_configs", "combine_rounds",
+           "recipe_gradients"]
 
-DEFAULT_LOSS_TOLERANCE = 1e-2
 """``--loss-tolerance``: the largest per-step absolute loss gap against eager an arm may have (bf16's
 tolerance in ``ligerkit smoke``)."""
 
 GradientsFn = Callable[[Sequence[str]], Mapping[str, GradErrors]]
 """Arm names -> each arm's step-1 gradient errors against float32 (``ligerkit.proof.arm_grads``)."""
-
-
-def parse_arms(spec: str) -> list[str]:
-    """``eager,liger`` -> arm names, eager first (the ratios are against it); unknown, empty or repeated
-    names are errors."""
-    arms = [a.strip() for a in spec.split(",")]
-    if not any(arms) or not all(arms):
-        raise LigerKitError(f"--arms {spec!r} has an empty name; choose from {', '.join(ARMS)}")
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        raise LigerKitError(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
-    repeated = sorted({a for a in arms if arms.count(a) > 1})
-    if repeated:
-        raise LigerKitError(f"--arms names {', '.join(repeated)} twice; each arm runs once")
-    return ["eager", *[a for a in arms if a != "eager"]]
-
-
-def check_run_options(steps: int, warmup: int, nproc: int, repeats: int = 1) -> None:
-    """Refuse step, warm-up, process and repeat counts that cannot give a measurement."""
-    if steps < 1 or nproc < 1 or warmup < 0:
-        raise LigerKitError(f"--steps ({steps}) and --nproc ({nproc}) must be at least 1, --warmup ({warmup}) at least 0")
-    if repeats < 1:
-        raise LigerKitError(f"--repeats ({repeats}) must be at least 1 (3 gives a median of three runs per arm)")
-    if warmup >= steps:
-        raise LigerKitError(f"--warmup {warmup} must be smaller than --steps {steps}")
-
-
-def check_loss_tolerance(value: float) -> float:
-    """Refuse a ``--loss-tolerance`` that is negative, infinite or NaN."""
-    if not (math.isfinite(value) and value >= 0):
-        raise InvalidOptionError(f"--loss-tolerance {value}: give a finite number >= 0 (default "
-                                 f"{DEFAULT_LOSS_TOLERANCE:g}, an absolute per-step loss gap against eager)")
-    return value
 
 
 def arm_overrides(arm: str, overrides: Sequence[str], steps: int) -> list[str]:
@@ -108,35 +71,30 @@ def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str
         raise ConfigError(f"bench arm {arm} ({', '.join(ARMS[arm])}): {exc}{hint}")
 
 
-def bench(config: Path, arms: list[str], steps: int, warmup: int, overrides: list[str], runner: Runner,
-          on_arm: Callable[[str], None] | None = None, nproc: int = 1, *,
-          loss_tolerance: float = DEFAULT_LOSS_TOLERANCE, gradients: GradientsFn | None = None,
-          grad_tolerance: GradTolerance | None = None, repeats: int = 1,
-          on_speed: Callable[[dict[str, Any]], None] | None = None,
-          grad_overrides: Sequence[str] = (), loss_reference: str = "eager",
-          log: BenchLog | None = None) -> dict[str, Any]:
-    """Run every arm through ``runner`` (one process each, ``repeats`` rounds), compute ratios against
-    eager, and recommend.
+def bench(config: Path, options: BenchOptions, overrides: Sequence[str], runner: Runner,
+          on_arm: Callable[[str], None] | None = None, *, gradients: GradientsFn | None = None,
+          on_speed: Callable[[dict[str, Any]], None] | None = None, log: BenchLog | None = None) -> dict[str, Any]:
+    """Run every arm of ``options`` through ``runner`` (one process each, ``options.repeats`` rounds),
+    compute ratios against eager, and recommend.
 
     ``gradients`` (called once, after the speed arms, with the arms whose step-1 gradients the rule
     needs) gives each arm's errors against float32; ``None`` skips the gradient rule, and the
     recommendation says so. ``on_arm`` is called after each arm's run and after the gradients.
     ``on_speed`` gets the result of the speed arms alone (``complete: False``, no recommendation yet)
-    before the gradient pass, so a caller can keep them should that pass fail. ``grad_overrides`` are
-    the lines the gradient pass added to the arms' (what ``gradients`` was built with), recorded so the
-    result says what the check saw. ``loss_reference="float32"`` trains the eager arm once more in
-    float32 after the rounds and after ``on_speed`` (:func:`ligerkit.proof.loss_reference.float32_reference`);
-    the result's ``float32_reference`` holds its losses and lines, or why it did not fit. ``log``
-    (:class:`~ligerkit.proof.bench_log.BenchLog`) keeps each finished run and hands back those an earlier,
-    stopped invocation of the same bench finished, which are not run again.
+    before the gradient pass, so a caller can keep them should that pass fail. ``options.grad_overrides``
+    are the lines the gradient pass added to the arms' (what ``gradients`` was built with), recorded so
+    the result says what the check saw. ``options.loss_reference="float32"`` trains the eager arm once
+    more in float32 after the rounds and after ``on_speed``
+    (:func:`ligerkit.proof.loss_reference.float32_reference`); the result's ``float32_reference`` holds
+    its losses and lines, or why it did not fit. ``log`` (:class:`~ligerkit.proof.bench_log.BenchLog`)
+    keeps each finished run and hands back those an earlier, stopped invocation of the same bench
+    finished, which are not run again.
     """
-    check_run_options(steps, warmup, nproc, repeats)
-    check_loss_tolerance(loss_tolerance)
-    check_loss_reference(loss_reference)
-    if "eager" not in arms:
-        raise LigerKitError(f"the bench's arms {list(arms)} lack eager, which every ratio is against "
-                            "(parse_arms adds it)")
-    grad_tolerance = grad_tolerance or GradTolerance()
+    arms, steps, warmup, nproc, repeats = list(options.arms), options.steps, options.warmup, options.nproc, \
+        options.repeats
+    loss_tolerance, loss_reference, grad_tolerance = options.loss_tolerance, options.loss_reference, \
+        options.grad_tolerance
+    grad_overrides = options.grad_overrides
     rounds: list[dict[str, dict[str, Any]]] = []
     unfit: dict[str, str] = {}  # an arm out of memory in any round: a result, left out of the ratios
     for round_ in range(repeats):

@@ -20,7 +20,8 @@ from typing import Any
 
 from ligerkit.errors import LigerKitError
 from ligerkit.proof.arm_runs import Runner, summarize
-from ligerkit.proof.bench import arm_overrides, check_run_options
+from ligerkit.proof.bench import arm_overrides
+from ligerkit.proof.bench_options import check_run_options
 from ligerkit.train.config import load_recipe_config
 
 __all__ = ["MODES", "check_scaling_configs", "mode_overrides", "scaling", "to_markdown"]
