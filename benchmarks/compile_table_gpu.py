@@ -32,7 +32,7 @@ import torch
 from ligerkit.hf import hidden_width
 from ligerkit.loss import valid_tokens
 from ligerkit.train.config.arms import modules_line
-from ligerkit.train.compile import compile_layers, reset_compiled
+from ligerkit.compile.layers import compile_layers, reset_compiled
 from ligerkit.train.recipe.loading import load_engine
 from ligerkit.train.recipe.setup import set_up_model
 from ligerkit.train.step import device_batch

@@ -37,7 +37,7 @@ def run_arm(config: str, lines: list[str], device: str, run_dir: str) -> dict:
 
     from ligerkit.train import Trainer, load_engine
 
-    engine = load_engine(Path(config), [*lines, "train.progress=false", f"train.output_dir={run_dir}"])
+    engine = load_engine(Path(config), [*lines, "train.run.progress=false", f"train.run.output_dir={run_dir}"])
     found: dict = {"step1_grads": {}, "step1_moves": {}}
 
     class Watching(Trainer):

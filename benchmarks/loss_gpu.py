@@ -50,7 +50,7 @@ def main() -> None:
     failed = False
     for name in args.recipes.split(","):
         config = ROOT / "recipes" / name / "configs" / "gpu.yaml"
-        base = [*args.overrides, f"train.steps={args.steps}", "train.progress=false"]
+        base = [*args.overrides, f"train.steps={args.steps}", "train.run.progress=false"]
         arms = {arm: summarize(run_arm(config, [*base, *sets], env=env), 3) for arm, sets in ARMS.items()}
         default_gap = loss_gap(arms["liger"]["losses"], arms["liger_fused"]["losses"])
         result = {"config": str(config), "steps": args.steps, "arms": arms,

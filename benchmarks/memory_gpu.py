@@ -11,7 +11,7 @@ With ``--saved``, the measured forward also records each tensor autograd saves f
 per storage, grouped by the operation that made it (followed back through views) with its width:
 ``saved_by_producer`` says which tensors the kept bytes are. A recorded forward keeps what it keeps
 without ``--saved`` (the hook returns each tensor as it is); it cannot see inside
-``train.recompute_glu_product``'s and ``train.recompute_norm_output``'s own hooks, so they are not combined.
+``train.memory.recompute_glu_product``'s and ``train.memory.recompute_norm_output``'s own hooks, so they are not combined.
 
     python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
 """
@@ -78,8 +78,8 @@ def main() -> None:
     args = parser.parse_args()
     engine = load_engine(args.config, args.overrides)
     if args.saved and engine.recompute_table:
-        parser.error("--saved cannot see inside the recompute keys' hooks (train.recompute_glu_product, "
-                     "train.recompute_norm_output); leave them off")
+        parser.error("--saved cannot see inside the recompute keys' hooks (train.memory.recompute_glu_product, "
+                     "train.memory.recompute_norm_output); leave them off")
     device = torch.device("cuda")
     try:
         trainer = Trainer(engine)

@@ -48,7 +48,7 @@ def profile_arm(config: Path, arm: str, overrides: list[str], warmup: int, activ
     from ligerkit.train.recipe.loading import load_engine
     from ligerkit.train.trainer import Trainer
 
-    lines = [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={warmup + active}", "train.progress=false"]
+    lines = [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={warmup + active}", "train.run.progress=false"]
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                    schedule=schedule(wait=max(warmup - 1, 0), warmup=1 if warmup else 0, active=active))
 

@@ -50,7 +50,7 @@ def main() -> None:
     for name in filter(None, args.fsdp.split(",")):
         config = ROOT / "recipes" / name / "configs" / "gpu.yaml"
         # 8 sequences per step: one micro-batch of 4 per GPU on two, two micro-batches on one
-        base = [f"train.steps={args.steps}", "train.progress=false", "train.global_batch_size=8"]
+        base = [f"train.steps={args.steps}", "train.run.progress=false", "train.global_batch_size=8"]
         one = summarize(run_arm(config, base, env={"CUDA_VISIBLE_DEVICES": "0"}), 3)
         two = summarize(run_arm(config, base, nproc=2), 3)
         gap = loss_gap(one["losses"], two["losses"])

@@ -34,11 +34,11 @@ def main() -> None:
     args = parser.parse_args()
     config = Path(args.config)
     work = Path(tempfile.mkdtemp(prefix="resume_"))
-    plain = [f"train.steps={args.steps}", "train.deterministic=true", "train.progress=false"]
-    base = [*plain, f"train.checkpoint_every={args.every}", "train.keep_checkpoints=1"]
-    whole = run_arm(config, [*plain, f"train.output_dir={work / 'whole'}"], nproc=args.nproc)
+    plain = [f"train.steps={args.steps}", "train.deterministic=true", "train.run.progress=false"]
+    base = [*plain, f"train.run.checkpoint_every={args.every}", "train.run.keep_checkpoints=1"]
+    whole = run_arm(config, [*plain, f"train.run.output_dir={work / 'whole'}"], nproc=args.nproc)
     try:
-        run_arm(config, [*base, f"train.output_dir={work / 'cut'}", f"train.stop_after_steps={args.stop}"],
+        run_arm(config, [*base, f"train.run.output_dir={work / 'cut'}", f"train.run.stop_after_steps={args.stop}"],
                 nproc=args.nproc)
         raise SystemExit("the cut run did not stop")
     except ArmFailedError as exc:

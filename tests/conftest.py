@@ -31,10 +31,15 @@ def _runs_in_a_temporary_folder(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def _caches_in_a_temporary_folder(tmp_path_factory):
     """The on-disk caches (the verdicts, the families view) of every test and of the processes tests
-    start live in a temporary folder: no test reads or writes a user's cache."""
+    start live in a temporary folder: no test reads or writes a user's cache. The xdist workers of one run
+    share it (each entry is written atomically), so a verdict one worker computed is read by the others; a
+    test that needs a cold cache sets its own folder."""
     import os
 
-    os.environ["LIGERKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
+    folder.mkdir(exist_ok=True)
+    os.environ["LIGERKIT_CACHE_DIR"] = str(folder)
     os.environ.pop("LIGERKIT_VERDICT_CACHE", None)
 
 

@@ -119,22 +119,22 @@ def test_the_bench_arms_win_over_the_configs_train_arm(tmp_path):
         config = load_recipe_config(path, B.arm_overrides(arm, ["data.seq_len=256"], 3))
         assert config.train.arm == arm and config.train.steps == 3 and config.data.seq_len == 256
         assert config == load_recipe_config(GPU_CONFIG, [*A.ARMS[arm], f"train.arm={arm}", "train.steps=3",
-                                                         "data.seq_len=256", "train.progress=false"])
+                                                         "data.seq_len=256", "train.run.progress=false"])
 
 
 def test_an_arm_the_config_cannot_take_is_named_before_any_process_starts(tmp_path):
-    with pytest.raises(ConfigError, match="(?s)bench arm liger_compile .*compile_over_liger_kernels"):
-        B.check_arm_configs(GPU_CONFIG, ["eager", "liger_compile"], ["train.liger_compile_ops=false"], steps=3)
+    with pytest.raises(ConfigError, match="(?s)bench arm liger_compile .*recompute_glu_product .*train.compile is ops"):
+        B.check_arm_configs(GPU_CONFIG, ["eager", "liger_compile"], ["train.memory.recompute_glu_product=true"], steps=3)
 
 
 def test_an_arm_a_set_key_refuses_names_the_arms_that_can_run():
     with pytest.raises(ConfigError) as info:
         B.check_arm_configs(GPU_CONFIG, ["eager", "liger_fused", "liger_compile_fused"],
-                            ["train.recompute_glu_product=true"], steps=3)
+                            ["train.memory.recompute_glu_product=true"], steps=3)
     assert "bench arm liger_compile_fused" in str(info.value)
     assert str(info.value).endswith("--arms eager,liger_fused")
     with pytest.raises(ConfigError) as info:  # a key no arm can take: no arms to offer
-        B.check_arm_configs(GPU_CONFIG, ["eager", "liger_fused"], ["train.lr=-1"], steps=3)
+        B.check_arm_configs(GPU_CONFIG, ["eager", "liger_fused"], ["train.optim.lr=-1"], steps=3)
     assert "bench arm eager" in str(info.value) and "--arms" not in str(info.value)
 
 

@@ -38,7 +38,7 @@ def _config(**sections) -> dict:
 
 
 @pytest.mark.parametrize("name, message", [
-    ("..", "outside train.runs_dir"), (".", "outside train.runs_dir"), ("a/b", "holds '/'"), ("a\\b", "holds '\\\\'"),
+    ("..", "outside train.run.runs_dir"), (".", "outside train.run.runs_dir"), ("a/b", "holds '/'"), ("a\\b", "holds '\\\\'"),
     ("a" * 300, "300 bytes long"), ("a\x00b", "control character"), ("", "is empty"), ("   ", "is empty"),
 ])
 def test_a_run_name_that_is_not_one_folder_name_is_refused(name, message):
@@ -48,9 +48,9 @@ def test_a_run_name_that_is_not_one_folder_name_is_refused(name, message):
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("output_dir", "", "train.output_dir is empty"),
-    ("output_dir", "  ", "train.output_dir is empty"),
-    ("runs_dir", "", "train.runs_dir is empty"),
+    ("output_dir", "", "train.run.output_dir is empty"),
+    ("output_dir", "  ", "train.run.output_dir is empty"),
+    ("runs_dir", "", "train.run.runs_dir is empty"),
     ("output_dir", LONG, "choose a shorter one"),
     ("runs_dir", LONG, "choose a shorter one"),
     ("output_dir", "x" * 300, "each part of a path may have at most 255"),
@@ -58,13 +58,13 @@ def test_a_run_name_that_is_not_one_folder_name_is_refused(name, message):
 ])
 def test_an_empty_or_impossible_run_folder_is_refused(key, value, message):
     with pytest.raises(ConfigError, match="train.") as caught:
-        validate_config(_config(train={key: value}))
+        validate_config(_config(train={"run": {key: value}}))
     assert message in str(caught.value)
 
 
 def test_a_long_name_under_a_long_runs_dir_is_refused_together():
     with pytest.raises(ConfigError, match="runs_dir with the run's name"):
-        validate_config(_config(name="n" * 250, train={"runs_dir": "r/" * 1900}))
+        validate_config(_config(name="n" * 250, train={"run": {"runs_dir": "r/" * 1900}}))
 
 
 @pytest.mark.parametrize("sets", [
@@ -76,8 +76,8 @@ def test_a_5000_character_path_in_a_config_is_a_config_error(sets):
         load_recipe_config(QWEN3_CPU, sets)
 
 
-@pytest.mark.parametrize("args", [[LONG], ["--resume", LONG], [str(QWEN3_CPU), "--set", f"train.output_dir={LONG}"],
-                                  [str(QWEN3_CPU), "--set", "name=.."], [str(QWEN3_CPU), "--set", "train.output_dir="]])
+@pytest.mark.parametrize("args", [[LONG], ["--resume", LONG], [str(QWEN3_CPU), "--set", f"train.run.output_dir={LONG}"],
+                                  [str(QWEN3_CPU), "--set", "name=.."], [str(QWEN3_CPU), "--set", "train.run.output_dir="]])
 def test_train_refuses_bad_paths_with_exit_1_and_no_traceback(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["train", *args])

@@ -30,10 +30,12 @@ from ligerkit.train.run import checkpoint, rng, safe_load
 from ligerkit.errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.run.folder import RunDirError, keep_metrics_through
+from ligerkit.train.stopping import TrainingStopped
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
-SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.checkpoint_every=2", "train.progress=false",
-        "train.global_batch_size=4", "train.micro_batch_size=2", "train.keep_checkpoints=3"]
+SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=6", "train.run.checkpoint_every=2", "train.run.progress=false",
+        "train.global_batch_size=4", "train.micro_batch_size=2", "train.run.keep_checkpoints=3"]
+STOP = "train.run.stop_after_steps=4"  # a run that did not finish: a resume continues only such a run
 
 
 class Payload:
@@ -47,7 +49,7 @@ class Payload:
 
 
 def train(run: Path, resume: Path | None = None, *more: str):
-    sets = [*SETS, f"train.output_dir={run}", *more]
+    sets = [*SETS, f"train.run.output_dir={run}", *more]
     return Trainer(load_engine(QWEN3_CPU, sets), resume).train(torch.device("cpu"))
 
 
@@ -62,17 +64,26 @@ def snapshot(run: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A 4-step run with checkpoints after steps 2 and 4."""
+    """The uninterrupted 6-step run: the curve a resumed one must follow."""
     run = tmp_path_factory.mktemp("trained") / "run"
     train(run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> Path:
+    """The same run stopped after step 4 of 6, with checkpoints after steps 2 and 4."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    with pytest.raises(TrainingStopped):
+        train(run, None, STOP)
     assert [p.name for p in checkpoint.complete(run)] == ["step_0000002", "step_0000004"]
     return run
 
 
 @pytest.fixture
-def run(trained, tmp_path) -> Path:
-    """A copy of the trained run to damage."""
-    return Path(shutil.copytree(trained, tmp_path / "run"))
+def run(stopped, tmp_path) -> Path:
+    """A copy of the stopped run to damage."""
+    return Path(shutil.copytree(stopped, tmp_path / "run"))
 
 
 def step(run: Path, n: int) -> Path:
@@ -251,7 +262,8 @@ def test_a_crafted_entry_saved_into_a_run_is_never_run_on_resume(tmp_path, monke
         return real(state, checkpoint_id=checkpoint_id)
 
     monkeypatch.setattr(dcp, "save", second_save_crafted)
-    train(tmp_path / "run")
+    with pytest.raises(TrainingStopped):
+        train(tmp_path / "run", None, STOP)
     monkeypatch.setattr(dcp, "save", real)
     with caplog.at_level(logging.WARNING, logger="ligerkit.train"):
         assert train(tmp_path / "run", resume=tmp_path / "run").first_step == 2
@@ -292,11 +304,11 @@ def test_a_damaged_metrics_row_before_the_end_is_named(tmp_path):
 
 
 def test_two_ranks_skip_a_checkpoint_damaged_in_one_rank_shard(tmp_path):
-    def run_torchrun(port: int, out: Path, resume: Path | None = None) -> subprocess.CompletedProcess:
-        return torchrun_train(QWEN3_CPU, [*SETS, f"train.output_dir={out}"], tmp_path, port, resume=resume)
+    def run_torchrun(port: int, out: Path, resume: Path | None = None, *more: str) -> subprocess.CompletedProcess:
+        return torchrun_train(QWEN3_CPU, [*SETS, f"train.run.output_dir={out}", *more], tmp_path, port, resume=resume)
 
-    first = run_torchrun(29561, tmp_path / "run")
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = run_torchrun(29561, tmp_path / "run", None, STOP)
+    assert first.stderr.count("stopped after step 4") == 2, first.stderr[-3000:]  # each rank says so
     whole = losses(tmp_path / "run")
     meta = json.loads((step(tmp_path / "run", 4) / "meta.json").read_text())
     assert {"__0_0.distcp", "__1_0.distcp", "rng_rank0.json", "rng_rank1.json", ".metadata"} == set(meta["files"])
@@ -307,4 +319,4 @@ def test_two_ranks_skip_a_checkpoint_damaged_in_one_rank_shard(tmp_path):
     resumed = run_torchrun(29562, tmp_path / "run", resume=tmp_path / "run")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "step_0000004 is damaged and skipped" in resumed.stderr and "__1_0.distcp" in resumed.stderr
-    assert losses(tmp_path / "run") == whole
+    assert losses(tmp_path / "run")[:4] == whole and [s for s, _ in losses(tmp_path / "run")] == [1, 2, 3, 4, 5, 6]

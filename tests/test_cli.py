@@ -9,6 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from helpers import helper_failure
 from ligerkit.cli import app, parse_exclude, parse_modules
 from ligerkit.errors import InvalidOptionError
 
@@ -51,7 +52,7 @@ def test_plan_json_has_report_and_scan():
     "args, message",
     [
         (["plan", "--family", "qwen4"], "UnknownFamilyError"),
-        (["plan", "--family", "qwen3_vl", "--modules", "swiglu=on"], "NoEffectError"),
+        (["plan", "--family", "gpt_oss", "--modules", "swiglu=on"], "NoEffectError"),
         (["plan", "--modules", "rope"], "InvalidOptionError"),
         (["plan", "--family", "qwen3", "--model", "x"], "InvalidOptionError"),
         (["plan", "--family", "internvl", "--modules", "layer_norm=on"], "UnreachableSwapError"),
@@ -119,8 +120,12 @@ def test_check_a_recipe_shows_route_swaps_and_scan():
 def test_check_json_for_every_recipe():
     for name in ("qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "diffllama"):
         result = runner.invoke(app, ["check", f"recipes/{name}", "--json"])
-        assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
+        if name == "qwen3_vl" and helper_failure("qwen3_vl"):  # Liger's helper fails on this stack: said clearly
+            assert result.exit_code == 1 and data["problems"], result.output
+            assert all("HelperFailedError" in p and helper_failure("qwen3_vl") in p for p in data["problems"])
+            continue
+        assert result.exit_code == 0, result.output
         gpu = next(p for p in data["plans"] if p["config"] == "gpu.yaml")
         assert gpu["liger_enabled"] and gpu["scan"]["counts"] and not gpu["scan"]["unused"]
 

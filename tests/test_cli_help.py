@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from ligerkit.cli import app
 
 runner = CliRunner()
-VERBS = ("families", "plan", "suggest", "check", "train", "smoke", "bench")
+VERBS = ("families", "plan", "suggest", "check", "train", "smoke", "bench", "env")
 HEAVY = ("torch", "transformers", "liger_kernel", "triton")
 
 

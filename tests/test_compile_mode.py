@@ -16,11 +16,12 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from helpers import failing_helper, helper_failure, recipe_family
 from ligerkit.compile import routes, table
 from ligerkit.kit import LigerKernelKit, LigerPatch
 from ligerkit.loss import valid_tokens
 from ligerkit.train import load_engine
-from ligerkit.train.compile import compile_layers, reset_compiled
+from ligerkit.compile.layers import compile_layers, reset_compiled
 from ligerkit.train.step import device_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,10 @@ def test_recipe_layers_compile_over_liger_without_graph_breaks_and_match(recipe,
     monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", "none")  # every swap through the operators, none left to Inductor
     config = recipe / "configs" / "cpu.yaml"
     sizes = ["model.dtype=float32"]
+    if helper_failure(recipe_family(recipe, "cpu.yaml")):  # Liger's helper fails on this stack: nothing to compile
+        with failing_helper(recipe_family(recipe, "cpu.yaml")):
+            load_engine(config, [*sizes, "model.liger_kernel.enabled=true", "train.compile=ops"]).prepare_model(CPU)
+        return
     plain = load_engine(config, [*sizes, "model.liger_kernel.enabled=false"])
     torch.manual_seed(0)
     reference = plain.prepare_model(CPU)
@@ -240,13 +245,14 @@ def test_the_table_applies_to_a_custom_map_by_kernel(monkeypatch, tmp_path):
 def test_a_liger_kernel_without_an_operator_is_named(monkeypatch):
     monkeypatch.setenv("LIGERKIT_INDUCTOR_TABLE", "none")
     kit = LigerKernelKit()
-    report = kit.apply(model_family="qwen2_vl", compile=True)
-    try:
-        inline = report.compile_inline
-        assert any("qwen2vl_mrope" in line for line in inline), inline
-        assert "no compile-mode operator for" in str(report)
-    finally:
-        kit.revert()
+    with failing_helper("qwen2_vl"):  # no other family's helper swaps in a kernel without an operator
+        report = kit.apply(model_family="qwen2_vl", compile=True)
+        try:
+            inline = report.compile_inline
+            assert any("qwen2vl_mrope" in line for line in inline), inline
+            assert "no compile-mode operator for" in str(report)
+        finally:
+            kit.revert()
 
 
 def test_a_kernel_that_lives_beside_a_routed_one_but_runs_another_is_named(monkeypatch):
@@ -303,12 +309,12 @@ def test_the_recipe_engine_applies_in_compile_mode_only_with_train_compile(monke
             engine.liger_kit.revert()
 
 
-def test_inline_compile_over_liger_still_needs_its_opt_in():
+def test_compile_mode_is_named_never_a_boolean():
     from ligerkit.train.config import ConfigError
 
     config = ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml"
-    with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
-        load_engine(config, ["train.compile=true", "train.liger_compile_ops=false"])
+    with pytest.raises(ConfigError, match=r"train\.compile: Value error, true names no compile mode; write ops"):
+        load_engine(config, ["train.compile=true"])
 
 
 def test_compile_mode_refuses_a_liger_without_the_names_it_rebinds(monkeypatch):

@@ -24,10 +24,10 @@ COMPOSITE_CPU = ROOT / "recipes" / "composite_vlm" / "configs" / "cpu.yaml"
     (COMPOSITE_CPU, ["model.config.vision.patch_sise=4"], "model.config.vision.patch_sise"),
     (QWEN3_CPU, ["model.liger_kernel.modules.rms_nrom=true"], "rms_nrom: not a Liger module name (did you mean rms_norm?)"),
     (QWEN3_CPU, ["model.family=qwen33"], "Did you mean 'qwen3'"),
-    (QWEN3_CPU, ["train.learning_rate=0.1"], "train.learning_rate: unknown key (this config calls it train.lr)"),
+    (QWEN3_CPU, ["train.learning_rate=0.1"], "train.learning_rate: unknown key (this config calls it train.optim.lr)"),
     (QWEN3_CPU, ["train.steps=true"], "train.steps: Value error, expected a number, got true/false"),
-    (QWEN3_CPU, ["train.lr=.inf"], "train.lr: Input should be a finite number"),
-    (QWEN3_CPU, ["train.betas=[2, 3]"], "train.betas.0: Input should be less than 1"),
+    (QWEN3_CPU, ["train.optim.lr=.inf"], "train.optim.lr: Input should be a finite number"),
+    (QWEN3_CPU, ["train.optim.betas=[2, 3]"], "train.optim.betas.0: Input should be less than 1"),
     (QWEN3_CPU, [f"seed={2 ** 70}"], "seed: Input should be less than or equal to"),
     (QWEN3_CPU, ["model.config.hidden_size=-5"], "hidden_size: -5 is not a size"),
     (QWEN3_CPU, ["data.corpus_path=/nonexistent/corpus.txt"], "data.corpus_path: '/nonexistent/corpus.txt' is missing"),
@@ -63,14 +63,14 @@ def test_a_binary_corpus_and_an_unwritable_output_folder(tmp_path):
         load_engine(QWEN3_CPU, [f"data.corpus_path={corpus}"])
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(ConfigError, match="train.output_dir"):
-        load_engine(QWEN3_CPU, [f"train.output_dir={a_file}/run"])
+    with pytest.raises(ConfigError, match="train.run.output_dir"):
+        load_engine(QWEN3_CPU, [f"train.run.output_dir={a_file}/run"])
 
 
 def test_train_takes_a_recipe_folder_and_a_config_outside_recipes(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["train", str(ROOT / "recipes" / "qwen3"), "--set", "train.steps=1", "--json",
-                                 "--set", f"train.output_dir={tmp_path / 'a'}"])
+                                 "--set", f"train.run.output_dir={tmp_path / 'a'}"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["config"]["name"] == "qwen3-cpu"  # the CPU config on a machine without a GPU
     outside = tmp_path / "mine.yaml"
@@ -78,7 +78,7 @@ def test_train_takes_a_recipe_folder_and_a_config_outside_recipes(tmp_path):
     refused = runner.invoke(app, ["train", str(outside)])
     assert refused.exit_code == 1 and "recipe: recipes/<name>" in refused.output
     named = runner.invoke(app, ["train", str(outside), "--set", "recipe=qwen3", "--set", "train.steps=1",
-                                "--set", f"train.output_dir={tmp_path / 'b'}", "--json"])
+                                "--set", f"train.run.output_dir={tmp_path / 'b'}", "--json"])
     assert named.exit_code == 0, named.output
 
 
@@ -93,8 +93,8 @@ def test_a_recipe_name_resolves_to_the_shipped_recipe_from_any_folder(tmp_path, 
         recipe_root(config, "no_such_recipe")
 
 
-@pytest.mark.parametrize("sets", [["train.stop_after_steps=0"], ["train.warmup_steps=99"], ["data.path=x.jsonl"],
-                                  ["data.kind=jsonl"], ["model.pretrained_path=/x"], ["train.checkpoint_every=0"]])
+@pytest.mark.parametrize("sets", [["train.run.stop_after_steps=0"], ["train.optim.warmup_steps=99"], ["data.path=x.jsonl"],
+                                  ["data.kind=jsonl"], ["model.pretrained_path=/x"], ["train.run.checkpoint_every=0"]])
 def test_inconsistent_run_options_are_refused(sets):
     with pytest.raises(ConfigError):
         load_engine(QWEN3_CPU, sets)

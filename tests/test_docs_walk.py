@@ -8,9 +8,10 @@ processes on the CPU). The only things the test adds are the environment's plumb
 ``bin`` first on ``PATH`` (``python``, ``ligerkit``, ``torchrun``, ``accelerate``), a scratch
 ``TMPDIR``, a free port for torchrun's rendezvous and, for ``python`` blocks, the repository root on
 the import path (as for a reader who runs a snippet from there, where the README imports a recipe's
-own encoder from ``recipes/``) and a scratch working folder in which ``path/to/checkpoint`` (the
-placeholder docs/integrations.md uses for the reader's own checkpoint) is a tiny random Qwen3
-checkpoint. The README's python blocks carry no tag: each runs as printed.
+own encoder from ``recipes/``) and a clean, empty working folder: a block that needs a file the reader
+must bring (``path/to/checkpoint``, the placeholder docs/integrations.md uses for the reader's own
+checkpoint) is tagged, never helped by a file the test made. The README's python blocks carry no tag:
+each runs as printed.
 
 A block that cannot run on a CPU is tagged in the document, on the line right before its fence,
 with the reason: ``<!-- not-run: needs a GPU -->`` (a GPU command, ``pip install``, the test command
@@ -144,17 +145,21 @@ def test_a_stray_or_empty_tag_is_an_error(tmp_path):
                                                                   ("python", None, "print(1)\n")]
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A working folder for python blocks, holding a tiny checkpoint at ``path/to/checkpoint``."""
-    folder = tmp_path_factory.mktemp("docs_walk")
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        from _common import checkpoint
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
-    checkpoint(folder / "path" / "to" / "checkpoint")
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """A clean, empty working folder for a python block: it runs as printed, with nothing the test made."""
+    folder = tmp_path / "cwd"
+    folder.mkdir()
     return folder
+
+
+def test_no_untagged_python_block_reads_a_placeholder_path():
+    """``path/to/...`` is a folder the reader brings: a block whose code (not a comment) names one is tagged."""
+    def names_a_placeholder(text: str) -> bool:
+        return any(re.search(r"""["']path/to/""", line.split("#", 1)[0]) for line in text.splitlines())
+
+    untagged = [b.name for b in ALL if b.lang == "python" and b.not_run is None and names_a_placeholder(b.text)]
+    assert not untagged, untagged
 
 
 def _free_port() -> int:

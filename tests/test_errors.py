@@ -95,12 +95,12 @@ def test_both_loss_kernels_on(kit):
 
 
 def test_enabled_module_that_swaps_nothing(kit):
-    from transformers.models.qwen3_vl import modeling_qwen3_vl
+    from transformers.models.gpt_oss import modeling_gpt_oss  # its helper accepts swiglu, which swaps nothing
 
-    norm = modeling_qwen3_vl.Qwen3VLTextRMSNorm
+    norm = modeling_gpt_oss.GptOssRMSNorm
     with pytest.raises(E.NoEffectError, match="swiglu"):
-        kit.apply(model_family="qwen3_vl", modules={"swiglu": True})
-    assert modeling_qwen3_vl.Qwen3VLTextRMSNorm is norm, "a failed apply must leave nothing patched"
+        kit.apply(model_family="gpt_oss", modules={"swiglu": True})
+    assert modeling_gpt_oss.GptOssRMSNorm is norm, "a failed apply must leave nothing patched"
     assert not kit.active
 
 

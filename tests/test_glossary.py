@@ -246,3 +246,26 @@ def test_the_current_docs_use_the_glossary_words():
         blocks = re.split(r"\n(?=\s*\n|- |\| |#)", text)
         texts[name] = "\n".join(block for block in blocks if "alias" not in block)
     assert not offenders(texts), offenders(texts)
+
+
+def test_earlier_config_keys_live_only_in_the_map_that_reads_recorded_runs():
+    """The flat ``train`` keys and the older spellings (``ligerkit.train.config.recorded``) appear in no
+    shipped config, no code and no current doc outside that map, its tests and the changelog."""
+    from ligerkit.train.config.recorded import MOVED, RESPELLED
+
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in [*MOVED, *RESPELLED]) + r")(?![\w.])")
+    allowed = {"src/ligerkit/train/config/recorded.py", "tests/test_recorded_config.py", "tests/test_glossary.py"}
+    found = []
+    for folder in ("src", "recipes", "examples", "benchmarks", "tests"):
+        for path in (ROOT / folder).rglob("*"):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.suffix not in (".py", ".yaml", ".md") or rel in allowed or "egg-info" in rel:
+                continue
+            found += [(rel, m.group(1)) for m in pattern.finditer(path.read_text())]
+    for name in ("README.md", "docs/guide.md", "docs/integrations.md"):
+        text = (ROOT / name).read_text().split("\n## Changelog\n")[0]
+        found += [(name, m.group(1)) for m in pattern.finditer(text)]
+    assert not found, sorted(set(found))
+    keys = {line.split(":")[0].strip() for p in (ROOT / "recipes").glob("*/configs/*.yaml")
+            for line in p.read_text().splitlines()}
+    assert not {k.split(".")[-1] for k in MOVED} & keys

@@ -1,4 +1,4 @@
-"""train.recompute_glu_product: the gated product is recomputed in backward, not kept, and changes no bit.
+"""train.memory.recompute_glu_product: the gated product is recomputed in backward, not kept, and changes no bit.
 
 Liger's kernels do not run on a CPU, so the mechanism is driven here by a pure-PyTorch stand-in with
 the same shape as Liger's functions (an autograd function that keeps its two inputs), registered the
@@ -139,7 +139,7 @@ def test_other_saved_tensors_are_kept_as_they_are(stand_in):
         loss = model(torch.randn(4, 8)).sum()
     loss.backward()
     assert hooks.notes == 0
-    with pytest.raises(LigerKitError, match="train.recompute_glu_product: false"):
+    with pytest.raises(LigerKitError, match="train.memory.recompute_glu_product: false"):
         G.check_first_forward(hooks)
 
 
@@ -152,16 +152,16 @@ def test_the_names_it_recognizes_are_those_of_liger_s_functions():
 
 
 def test_the_config_refuses_it_where_it_cannot_see_the_products():
-    on = ["model.liger_kernel.enabled=true", "train.recompute_glu_product=true"]
+    on = ["model.liger_kernel.enabled=true", "train.memory.recompute_glu_product=true"]
     with pytest.raises(ConfigError, match="train.compile is ops"):
         load_recipe_config(QWEN3_CPU, [*on, "train.compile=ops"])
     with pytest.raises(ConfigError, match="train.activation_checkpointing is on"):
         load_recipe_config(QWEN3_CPU, [*on, "train.activation_checkpointing=true"])
-    assert load_recipe_config(QWEN3_CPU, on).train.recompute_glu_product
+    assert load_recipe_config(QWEN3_CPU, on).train.memory.recompute_glu_product
     # with Liger off there is no product to recompute: an eager arm of a comparison trains as it is
-    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=false", "train.recompute_glu_product=true",
-                                          "train.compile=ops"]).train.recompute_glu_product
-    assert "train.recompute_glu_product" in SAFE_TO_CHANGE  # same bits: a resume may turn it on or off
+    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=false", "train.memory.recompute_glu_product=true",
+                                          "train.compile=ops"]).train.memory.recompute_glu_product
+    assert "train.memory.recompute_glu_product" in SAFE_TO_CHANGE  # same bits: a resume may turn it on or off
 
 
 def test_a_step_with_it_on_trains_the_same_and_checks_its_first_forward(stand_in, caplog):
@@ -187,6 +187,6 @@ def test_a_step_with_it_on_trains_the_same_and_checks_its_first_forward(stand_in
 def test_the_bench_recommendation_keeps_it():
     from ligerkit.proof.recommend import training_lines
 
-    on = load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=true", "train.recompute_glu_product=true"])
-    assert "train.recompute_glu_product: true" in training_lines(on.train)
+    on = load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=true", "train.memory.recompute_glu_product=true"])
+    assert "train.memory.recompute_glu_product: true" in training_lines(on.train)
     assert not any("recompute_glu" in line for line in training_lines(load_recipe_config(QWEN3_CPU).train))

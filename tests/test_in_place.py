@@ -15,8 +15,9 @@ import pytest
 from liger_kernel.transformers.rms_norm import LigerRMSNorm, LigerRMSNormForOlmo2
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
+from helpers import helper_failure
 from ligerkit import LigerPatch
-from ligerkit.errors import InPlaceBackwardError
+from ligerkit.errors import HelperFailedError, InPlaceBackwardError
 from ligerkit.kit.families import all_families
 from ligerkit.kit.snapshot import MISSING, Snapshot, import_all, owners_of
 from ligerkit.kit.swap_checks import writes_in_place
@@ -64,10 +65,11 @@ LIGER_CONSERVATIVE = {"Qwen3NextRMSNorm", "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm",
 
 
 def _liger_norm_choices():
-    """(family, original norm class, Liger writes in place?) for every registry helper with rms_norm."""
+    """(family, original norm class, Liger writes in place?) for every registry helper with rms_norm (but those
+    known to fail on the installed stack: :func:`helpers.helper_failure`)."""
     seen, rows = set(), []
     for name, family in sorted(all_families().items()):
-        if "rms_norm" not in family.defaults or family.helper in seen:
+        if "rms_norm" not in family.defaults or family.helper in seen or helper_failure(name):
             continue
         seen.add(family.helper)
         snap = Snapshot(owners_of(import_all(family.modeling_modules)))
@@ -157,6 +159,11 @@ def test_custom_route_refuses_an_in_place_rotary_whose_input_is_read_again(kit):
 
 def test_official_route_never_keeps_an_in_place_swap_the_detector_flags(kit):
     for name, family in sorted(all_families().items()):
+        if helper_failure(name):  # known to fail on this stack: a clear error, nothing swapped
+            with pytest.raises(HelperFailedError, match=family.helper.__name__):
+                kit.apply(model_family=name)
+            assert not kit.active
+            continue
         report = kit.apply(model_family=name)
         for entry in kit._ledger.entries:
             if inspect.isclass(entry.source) and writes_in_place(entry.replacement):

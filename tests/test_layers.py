@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ligerkit"
 
 LAYERS = {
     "ligerkit": 0, "ligerkit.errors": 0, "ligerkit.cache_files": 0, "ligerkit.environment": 0, "ligerkit.naming": 0,
-    "ligerkit.hf": 1, "ligerkit.shrink": 1,
+    "ligerkit.hf": 1, "ligerkit.sizes": 1, "ligerkit.shrink": 1,
     "ligerkit.probe": 2, "ligerkit.compile": 2,
     "ligerkit.kit": 3,
     "ligerkit.loss": 4, "ligerkit.suggest": 4, "ligerkit.plan": 4,
@@ -108,3 +108,27 @@ def test_public_definitions_are_documented():
                 if ast.get_docstring(node) is None:
                     missing.append(f"{name}.{node.name}")
     assert not missing, missing
+
+
+def test_the_trainer_loads_no_probe_or_shrink_until_a_verdict_is_computed(tmp_path):
+    """Importing the trainer and training with Liger off never import ``ligerkit.probe`` or ``shrink``:
+    the kit loads them when it applies (and computes a verdict)."""
+    import subprocess
+    import sys
+
+    config = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+    script = f"""
+import sys
+import torch
+from ligerkit.train import Trainer, load_engine
+loaded = lambda: sorted(m for m in sys.modules if m.startswith(("ligerkit.probe", "ligerkit.shrink")))
+assert loaded() == [], loaded()
+engine = load_engine({str(config)!r}, ["train.steps=1", "train.run.progress=false",
+                                        "train.run.output_dir={tmp_path / 'run'}"])
+Trainer(engine).train(torch.device("cpu"))
+assert loaded() == [], loaded()
+import ligerkit.kit.swap_checks
+assert "ligerkit.probe.call_sites" in loaded()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

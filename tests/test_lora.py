@@ -27,13 +27,13 @@ from ligerkit.train.config import ConfigError, load_recipe_config
 from ligerkit.train.memory.checkpointing import is_recomputed, recompute_layers
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
-SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.progress=false", "train.lr=1e-2",
+SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.run.progress=false", "train.optim.lr=1e-2",
         "train.global_batch_size=4", "train.micro_batch_size=2"]
 LORA = ["train.lora={rank: 4, alpha: 8}"]
 
 
 def train(run: Path, *more: str, resume: Path | None = None, init_from: Path | None = None):
-    engine = load_engine(QWEN3_CPU, [*SETS, f"train.output_dir={run}", *more])
+    engine = load_engine(QWEN3_CPU, [*SETS, f"train.run.output_dir={run}", *more])
     return Trainer(engine, resume, init_from).train(torch.device("cpu")), engine
 
 
@@ -60,9 +60,9 @@ def test_lora_trains_only_the_adapters_and_the_scan_sees_the_adapted_model(tmp_p
 
 def test_adapter_checkpoints_hold_the_adapters_and_the_base_hash_and_resume_exactly(tmp_path):
     whole, engine = train(tmp_path / "whole", *LORA)
-    sets = [*LORA, "train.checkpoint_every=2"]
+    sets = [*LORA, "train.run.checkpoint_every=2"]
     with pytest.raises(Exception, match="stopped after step 2"):
-        train(tmp_path / "run", *sets, "train.stop_after_steps=2")
+        train(tmp_path / "run", *sets, "train.run.stop_after_steps=2")
     saved = tmp_path / "run" / "checkpoints" / "step_0000002"
     meta = json.loads((saved / "meta.json").read_text())
     assert len(meta["frozen_sha256"]) == 64
@@ -76,7 +76,7 @@ def test_adapter_checkpoints_hold_the_adapters_and_the_base_hash_and_resume_exac
 
 
 def test_an_adapter_checkpoint_refuses_another_base_and_a_full_model(tmp_path):
-    train(tmp_path / "run", *LORA, "train.checkpoint_every=4")
+    train(tmp_path / "run", *LORA, "train.run.checkpoint_every=4")
     with pytest.raises(CheckpointError, match="other frozen weights"):  # seed 1 builds another random base
         train(tmp_path / "other", *LORA, "seed=1", init_from=tmp_path / "run")
     with pytest.raises(CheckpointError, match="trains every weight"):
@@ -86,7 +86,7 @@ def test_an_adapter_checkpoint_refuses_another_base_and_a_full_model(tmp_path):
 
 
 def test_a_refused_init_from_leaves_no_folder_and_a_resume_says_what_can_start_the_new_run(tmp_path):
-    train(tmp_path / "full", "train.checkpoint_every=4")
+    train(tmp_path / "full", "train.run.checkpoint_every=4")
     with pytest.raises(CheckpointError) as refused:
         train(tmp_path / "lora", *LORA, init_from=tmp_path / "full")
     assert "--init-from" in str(refused.value) and "trained every weight" in str(refused.value)
@@ -113,15 +113,15 @@ def test_the_frozen_fingerprint_sees_any_change_to_a_frozen_weight():
 
 
 def test_two_ranks_train_and_resume_adapters_exactly(tmp_path):
-    sets = [*SETS, *LORA, "train.activation_checkpointing=true", "train.checkpoint_every=2"]
+    sets = [*SETS, *LORA, "train.activation_checkpointing=true", "train.run.checkpoint_every=2"]
 
     def run(port: int, out: Path, *more: str, resume: Path | None = None) -> subprocess.CompletedProcess:
-        return torchrun_train(QWEN3_CPU, [*sets, f"train.output_dir={out}", *more], tmp_path, port, resume=resume)
+        return torchrun_train(QWEN3_CPU, [*sets, f"train.run.output_dir={out}", *more], tmp_path, port, resume=resume)
 
     whole = run(29571, tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "training: LoRA: rank 4" in whole.stderr
-    stopped = run(29572, tmp_path / "run", "train.stop_after_steps=2")
+    stopped = run(29572, tmp_path / "run", "train.run.stop_after_steps=2")
     assert stopped.returncode != 0 and "stopped after step 2" in stopped.stderr
     resumed = run(29573, tmp_path / "run", resume=tmp_path / "run")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -211,8 +211,8 @@ def test_the_keys_are_in_the_schema_and_a_resume_may_not_change_them():
 def test_a_run_resumes_with_activation_checkpointing_turned_on_to_the_same_curve(tmp_path):
     train(tmp_path / "whole", *LORA)
     with pytest.raises(Exception, match="stopped after step 2"):
-        train(tmp_path / "run", *LORA, "train.checkpoint_every=2", "train.stop_after_steps=2")
-    train(tmp_path / "run", *LORA, "train.checkpoint_every=2", "train.activation_checkpointing=true",
+        train(tmp_path / "run", *LORA, "train.run.checkpoint_every=2", "train.run.stop_after_steps=2")
+    train(tmp_path / "run", *LORA, "train.run.checkpoint_every=2", "train.activation_checkpointing=true",
           resume=tmp_path / "run")
     assert losses(tmp_path / "run") == losses(tmp_path / "whole")
 
@@ -220,7 +220,7 @@ def test_a_run_resumes_with_activation_checkpointing_turned_on_to_the_same_curve
 def test_activation_checkpointing_compiles_whole_with_each_layer_and_keeps_the_gradients():
     from torch._dynamo.utils import counters
 
-    from ligerkit.train.compile import compile_layers, reset_compiled
+    from ligerkit.compile.layers import compile_layers, reset_compiled
 
     plain_loss, plain_grads = _loss_and_grads([], recompute=False)
     engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=true"])

@@ -86,16 +86,16 @@ def test_chunking_never_keeps_full_logits_for_backward():
 def test_the_fused_loss_equals_the_standard_one_across_uneven_micro_batches(tie):
     """Same batches (2 micro-batches, very different valid counts), same weights: same loss and grads."""
     results = {}
-    for loss in ("off", "fused"):
-        engine = load_engine(QWEN3_CPU, [f"model.liger_kernel.loss={loss}", f"model.config.tie_word_embeddings={tie}"])
+    for loss in ("standard", "fused"):
+        engine = load_engine(QWEN3_CPU, [f"train.loss.path={loss}", f"model.config.tie_word_embeddings={tie}"])
         model = set_up_model(engine, torch.device("cpu"))
         batches = Trainer(engine).micro_batches(step=0, vocab_size=320)
         batches[1]["labels"][:, :50] = IGNORE_INDEX
         capture = GradCapture(model)
         value, _, _ = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
         results[loss] = (value, capture.grads)
-    assert results["fused"][0] == pytest.approx(results["off"][0], rel=1e-6)
-    for name, grad in results["off"][1].items():
+    assert results["fused"][0] == pytest.approx(results["standard"][0], rel=1e-6)
+    for name, grad in results["standard"][1].items():
         torch.testing.assert_close(results["fused"][1][name], grad, rtol=1e-4, atol=1e-6)
 
 
@@ -156,27 +156,27 @@ def test_non_linear_head_is_refused():
 
 def test_fused_with_liger_loss_kernels_left_on_is_rejected():
     with pytest.raises(ConfigError, match="no double patching"):
-        load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=fused", "model.liger_kernel.excluded_modules=[]"])
-    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=off"]).train.loss.path == "standard"
+        load_recipe_config(QWEN3_CPU, ["train.loss.path=fused", "model.liger_kernel.excluded_modules=[]"])
+    assert load_recipe_config(QWEN3_CPU, ["train.loss.path=standard"]).train.loss.path == "standard"
 
 
 @pytest.mark.parametrize("recipe", ["qwen3", "qwen3_vl", "composite_vlm", "custom_lm", "vendored_llm", "diffllama"])
 def test_every_recipe_trains_the_same_on_both_loss_paths(recipe):
     losses = {}
-    for loss in ("off", "fused"):
+    for loss in ("standard", "fused"):
         engine = load_engine(ROOT / "recipes" / recipe / "configs" / "cpu.yaml",
-                             ["train.progress=false", "train.steps=2", f"model.liger_kernel.loss={loss}"])
+                             ["train.run.progress=false", "train.steps=2", f"train.loss.path={loss}"])
         losses[loss] = [s.loss for s in Trainer(engine).train(torch.device("cpu")).steps]
-    assert losses["fused"] == pytest.approx(losses["off"], rel=1e-5)
+    assert losses["fused"] == pytest.approx(losses["standard"], rel=1e-5)
 
 
 def test_mixed_precision_trains_and_both_loss_paths_agree_under_autocast():
     """float32 master weights + bfloat16 autocast: the fused and standard losses see the same math."""
     losses = {}
-    for name, sets in (("off", ["train.autocast_bf16=true", "model.liger_kernel.loss=off"]),
-                       ("fused", ["train.autocast_bf16=true", "model.liger_kernel.loss=fused"]),
+    for name, sets in (("off", ["train.autocast_bf16=true", "train.loss.path=standard"]),
+                       ("fused", ["train.autocast_bf16=true", "train.loss.path=fused"]),
                        ("fp32", ["train.autocast_bf16=false"])):
-        engine = load_engine(QWEN3_CPU, ["train.progress=false", "train.steps=6", "model.dtype=float32", *sets])
+        engine = load_engine(QWEN3_CPU, ["train.run.progress=false", "train.steps=6", "model.dtype=float32", *sets])
         losses[name] = [s.loss for s in Trainer(engine).train(torch.device("cpu")).steps]
     assert losses["off"][-1] < losses["off"][0]
     assert losses["fused"] == pytest.approx(losses["off"], abs=1e-4)
@@ -227,9 +227,9 @@ def test_the_weight_gradient_is_rounded_down_inside_its_own_storage(dtype, monke
 
 def test_the_chunk_setting_needs_the_fused_path():
     with pytest.raises(ConfigError, match="chunk_tokens"):
-        load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss_chunk_tokens=64"])
+        load_recipe_config(QWEN3_CPU, ["train.loss.chunk_tokens=64"])
     with pytest.raises(ConfigError, match="chunk_tokens"):
-        load_recipe_config(QWEN3_CPU, ["model.liger_kernel.loss=fused", "model.liger_kernel.loss_chunk_tokens=0"])
+        load_recipe_config(QWEN3_CPU, ["train.loss.path=fused", "train.loss.chunk_tokens=0"])
 
 
 def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
@@ -242,8 +242,8 @@ def test_the_chunk_setting_reaches_the_loss_and_the_report(monkeypatch):
         return fused_linear_token_loss(*args, **kwargs)
 
     monkeypatch.setattr(ligerkit.loss.choice, "fused_linear_token_loss", spy)
-    sets = ["train.progress=false", "train.steps=2", "model.liger_kernel.loss=fused"]
-    engine = load_engine(QWEN3_CPU, [*sets, "model.liger_kernel.loss_chunk_tokens=48"])
+    sets = ["train.run.progress=false", "train.steps=2", "train.loss.path=fused"]
+    engine = load_engine(QWEN3_CPU, [*sets, "train.loss.chunk_tokens=48"])
     chunked = [s.loss for s in Trainer(engine).train(torch.device("cpu")).steps]
     assert "48 rows of logits at a time" in engine.loss_path()
     assert seen and set(seen) == {48}

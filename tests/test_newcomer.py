@@ -82,7 +82,7 @@ def interrupted(tmp_path_factory):
     """``ligerkit train`` (stderr a pipe: log lines) sent SIGINT after its first step: (exit code, stderr, run)."""
     run = tmp_path_factory.mktemp("interrupted") / "run"
     cmd = [sys.executable, "-m", "ligerkit", "train", str(QWEN3_CPU), "--set", "train.steps=2000", "--set",
-           f"train.output_dir={run}", "--set", "train.progress=true", "--set", "train.log_every=1"]
+           f"train.run.output_dir={run}", "--set", "train.run.progress=true", "--set", "train.run.log_every=1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 300
@@ -112,9 +112,9 @@ def test_the_log_metrics_rows_and_the_stop_count_steps_alike(interrupted):
 
 
 def test_a_run_folder_counting_from_0_resumes_renumbered_from_1(tmp_path):
-    sets = ["train.steps=4", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"]
+    sets = ["train.steps=4", "train.run.progress=false", f"train.run.output_dir={tmp_path / 'run'}"]
     with pytest.raises(TrainingStopped):
-        Trainer(load_engine(QWEN3_CPU, [*sets, "train.stop_after_steps=2"])).train(torch.device("cpu"))
+        Trainer(load_engine(QWEN3_CPU, [*sets, "train.run.stop_after_steps=2"])).train(torch.device("cpu"))
     metrics = tmp_path / "run" / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -156,7 +156,7 @@ def test_every_wrong_key_of_a_config_is_named_in_one_error(tmp_path):
         load_engine(config)
     message = str(caught.value)
     assert message.startswith(f"fix these 3 problems of {config}")
-    assert "train.lerning_rate: unknown key (did you mean learning_rate? this config calls it train.lr)" in message
+    assert "train.lerning_rate: unknown key (did you mean learning_rate? this config calls it train.optim.lr)" in message
     assert "train.max_stepz: unknown key (did you mean max_steps? this config calls it train.steps)" in message
     assert "model.config.hidden_sizee: Qwen3Config has no such option (did you mean hidden_size" in message
 

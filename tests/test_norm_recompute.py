@@ -1,4 +1,4 @@
-"""train.recompute_norm_output: Liger's RMSNorm outputs (and the rotary over q and k norms) are
+"""train.memory.recompute_norm_output: Liger's RMSNorm outputs (and the rotary over q and k norms) are
 recomputed in backward, not kept, and change no bit.
 
 Liger's kernels do not run on a CPU, so the mechanism is driven by pure-PyTorch stand-ins named and
@@ -186,7 +186,7 @@ def test_a_recompute_that_gives_other_bits_is_refused_in_the_forward(liger_stand
     real = N.rms_norm_output
     monkeypatch.setattr(N, "rms_norm_output", lambda *a: real(*a) * 1.0078125)  # one bf16 step off
     ids = torch.randint(0, 64, (1, 8))
-    with pytest.raises(LigerKitError, match="set train.recompute_norm_output: false"):
+    with pytest.raises(LigerKitError, match="set train.memory.recompute_norm_output: false"):
         _step(liger_stand_ins, ids, N.recompute_table(glu=False, norm=True), verify=True)
 
 
@@ -236,15 +236,15 @@ def test_the_names_it_recognizes_are_those_of_liger_s_functions():
 
 
 def test_the_config_refuses_it_where_it_cannot_see_the_outputs_and_a_resume_may_change_it():
-    on = ["model.liger_kernel.enabled=true", "train.recompute_norm_output=true"]
-    with pytest.raises(ConfigError, match="train.recompute_norm_output .*train.compile is ops"):
+    on = ["model.liger_kernel.enabled=true", "train.memory.recompute_norm_output=true"]
+    with pytest.raises(ConfigError, match="train.memory.recompute_norm_output .*train.compile is ops"):
         load_recipe_config(QWEN3_CPU, [*on, "train.compile=ops"])
-    with pytest.raises(ConfigError, match="train.recompute_norm_output .*activation_checkpointing is on"):
+    with pytest.raises(ConfigError, match="train.memory.recompute_norm_output .*activation_checkpointing is on"):
         load_recipe_config(QWEN3_CPU, [*on, "train.activation_checkpointing=true"])
-    assert load_recipe_config(QWEN3_CPU, on).train.recompute_norm_output
-    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=false", "train.recompute_norm_output=true",
-                                          "train.compile=ops"]).train.recompute_norm_output
-    assert "train.recompute_norm_output" in SAFE_TO_CHANGE
+    assert load_recipe_config(QWEN3_CPU, on).train.memory.recompute_norm_output
+    assert load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=false", "train.memory.recompute_norm_output=true",
+                                          "train.compile=ops"]).train.memory.recompute_norm_output
+    assert "train.memory.recompute_norm_output" in SAFE_TO_CHANGE
 
 
 def test_the_step_module_verifies_its_first_forward_and_the_bench_recommendation_keeps_the_key(
@@ -265,5 +265,5 @@ def test_the_step_module_verifies_its_first_forward_and_the_bench_recommendation
     with pytest.raises(LigerKitError, match="kept no output of Liger's RMSNorm"):
         StepModule(None, nn.Sequential(nn.Linear(8, 8)), lambda e, m, b, s: m(b["x"]).sum(),
                    recompute_norm_output=True)({"x": torch.randn(2, 8)})
-    on = load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=true", "train.recompute_norm_output=true"])
-    assert "train.recompute_norm_output: true" in training_lines(on.train)
+    on = load_recipe_config(QWEN3_CPU, ["model.liger_kernel.enabled=true", "train.memory.recompute_norm_output=true"])
+    assert "train.memory.recompute_norm_output: true" in training_lines(on.train)

@@ -45,11 +45,11 @@ def test_smoke_runs_each_arm_in_its_own_process_and_passes_within_bf16_tolerance
         return run([5.0, 4.0 + (0.005 if on else 0), 3.0], [2.0, 1.5, 1.2 * (1.05 if on else 1)], [1, 1, 1], 1.0)
 
     runner = FakeRunner(make)
-    result = smoke.smoke(GPU_CONFIG, 3, ["train.lr=0.001"], runner)
+    result = smoke.smoke(GPU_CONFIG, 3, ["train.optim.lr=0.001"], runner)
     assert len(runner.calls) == 2
     (_, off_sets, _), (_, on_sets, _) = runner.calls
     assert "model.liger_kernel.enabled=false" in off_sets and "model.liger_kernel.enabled=true" in on_sets
-    assert "train.steps=3" in off_sets and "train.lr=0.001" in on_sets
+    assert "train.steps=3" in off_sets and "train.optim.lr=0.001" in on_sets
     assert result.dtype == "bfloat16" and result.loss_tolerance == 1e-2
     assert result.passed
     assert max(result.loss_gaps) == pytest.approx(0.005)
@@ -139,9 +139,9 @@ def test_bench_recommends_the_fastest_arm_within_tolerance_in_json_and_markdown(
 
     runner = FakeRunner(make)
     result = B.bench(GPU_CONFIG, BOpt.BenchOptions(BOpt.parse_arms("liger,liger_fused,liger_compile_fused"), steps=3, warmup=1),
-                     overrides=["train.lr=0.001"], runner=runner, gradients=gradients)
+                     overrides=["train.optim.lr=0.001"], runner=runner, gradients=gradients)
     assert [_arm_of(c[1]) for c in runner.calls] == ["eager", "liger", "liger_fused", "liger_compile_fused"]
-    assert all(c[1][0] == "train.lr=0.001" for c in runner.calls)
+    assert all(c[1][0] == "train.optim.lr=0.001" for c in runner.calls)
     assert asked == [["eager", "compile", "liger", "liger_fused", "liger_compile_fused"]]  # compile: the reference
     pick = result["recommendation"]
     assert pick["arm"] == "liger_fused" and pick["grads_checked"] is True
@@ -322,25 +322,17 @@ def test_compile_flag_compiles_each_decoder_layer():
     assert model.model.layers[0]._compiled_call_impl is not None
 
 
-def test_compile_over_liger_kernel_swaps_needs_the_opt_in_only_without_compile_ops():
+def test_the_bench_arms_compile_as_operators_without_an_opt_in():
     from ligerkit.train.config import ConfigError, load_recipe_config
 
-    # the default: Liger's kernels run as compile operators, so compiling over the swaps needs no opt-in
-    config = load_recipe_config(GPU_CONFIG, ["train.compile=true"])
-    assert config.train.compile == "ops"  # compiled, Liger's kernels as compile operators, not traced over
-    inline = ["train.compile=true", "train.liger_compile_ops=false"]
-    with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
-        load_recipe_config(GPU_CONFIG, inline)
-    assert load_recipe_config(GPU_CONFIG, [*inline, "train.compile_over_liger_kernels=true"]).train.compile == "trace"
-    # with Liger off there is nothing to trace into: the earlier booleans read as ops (trace is refused there)
-    assert load_recipe_config(GPU_CONFIG, [*inline, "model.liger_kernel.enabled=false"]).train.compile == "ops"
+    assert load_recipe_config(GPU_CONFIG, ["train.compile=ops"]).train.compile == "ops"
+    assert load_recipe_config(GPU_CONFIG, ["train.compile=trace"]).train.compile == "trace"  # the named opt-in
     # the bench's liger_compile arm relies on the default, not on the opt-in
-    assert not any("compile_over_liger_kernels" in line or line == "train.compile=trace"
-                   for lines in A.ARMS.values() for line in lines)
+    assert not any(line == "train.compile=trace" for lines in A.ARMS.values() for line in lines)
     liger_compile = load_recipe_config(GPU_CONFIG, A.ARMS["liger_compile"])
     assert liger_compile.train.compile == "ops" and liger_compile.model.liger_kernel.enabled
-    with pytest.raises(ConfigError, match="compile_over_liger_kernels"):
-        load_recipe_config(GPU_CONFIG, [*A.ARMS["liger_compile"], "train.liger_compile_ops=false"])
+    with pytest.raises(ConfigError, match="sets train.compile=off; --set train.compile=trace sets it to trace"):
+        load_recipe_config(GPU_CONFIG, ["train.arm=liger", "train.compile=trace"])
     for arm, sets in A.ARMS.items():  # every bench arm is a valid config
         assert load_recipe_config(GPU_CONFIG, sets), arm
 
@@ -371,7 +363,7 @@ def test_a_prelude_runs_before_the_trainer_in_the_arm_process():
     config = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
     flags = dict.fromkeys(("rope", "rms_norm", "swiglu", "cross_entropy", "fused_linear_cross_entropy"), False)
     prelude = helper_prelude("qwen3", flags) + "\nprint('prelude ran', file=__import__('sys').stderr)"
-    result = run_arm(config, ["train.steps=1", "train.progress=false"], prelude=prelude)
+    result = run_arm(config, ["train.steps=1", "train.run.progress=false"], prelude=prelude)
     assert len(result["steps"]) == 1 and result["report"] is None
 
 
@@ -473,7 +465,7 @@ def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
 def _float32_bench(tmp_path, make, **kwargs):
     runner = FakeRunner(make)
     result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "compile_fused", "liger"], steps=2, warmup=0, loss_reference="float32"),
-                     overrides=["train.lr=1e-3"], runner=runner, **kwargs)
+                     overrides=["train.optim.lr=1e-3"], runner=runner, **kwargs)
     return runner, result, BO.write_outputs(result, tmp_path)[1].read_text()
 
 
@@ -489,7 +481,7 @@ def test_the_float32_loss_reference_accepts_an_arm_nearer_float32_than_eager_and
 
     runner, result, text = _float32_bench(tmp_path, make)
     (_, last, _) = runner.calls[-1]  # after the rounds: the eager arm's lines, then float32 with autocast off
-    assert last[-2:] == ["model.dtype=float32", "train.autocast_bf16=false"] and "train.lr=1e-3" in last
+    assert last[-2:] == ["model.dtype=float32", "train.autocast_bf16=false"] and "train.optim.lr=1e-3" in last
     assert _arm_of(last) == "eager" and len(runner.calls) == 4
     assert result["float32_reference"] == {"lines": ["model.dtype=float32", "train.autocast_bf16=false"],
                                            "losses": [2.0, 1.5]}

@@ -23,8 +23,8 @@ from ligerkit.train.run.resume import ResumeConfigError
 from ligerkit.train.run.folder import RunDirError
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
-SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.checkpoint_every=2", "train.progress=false",
-        "train.global_batch_size=4", "train.micro_batch_size=2", "train.stop_after_steps=2"]
+SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=4", "train.run.checkpoint_every=2", "train.run.progress=false",
+        "train.global_batch_size=4", "train.micro_batch_size=2", "train.run.stop_after_steps=2"]
 
 
 def train(config: Path, *sets: str, resume_from: Path | None = None, init_from: Path | None = None):
@@ -46,7 +46,7 @@ def stopped(tmp_path_factory) -> Path:
     """A run of 4 steps stopped after step 2 (checkpoint step_2), so a resume has room to go."""
     run = tmp_path_factory.mktemp("stopped") / "run"
     with pytest.raises(Exception, match="stopped after step 2"):
-        train(QWEN3_CPU, *SETS, f"train.output_dir={run}")
+        train(QWEN3_CPU, *SETS, f"train.run.output_dir={run}")
     assert json.loads((run / resume.RECORD).read_text())["format"] == resume.FORMAT
     return run
 
@@ -57,8 +57,8 @@ def run(stopped, tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("key, value", [
-    ("train.lr", "1e-3"), ("train.global_batch_size", "8"), ("seed", "7"), ("data.seq_len", "32"),
-    ("model.dtype", "bfloat16"), ("train.output_dir", "/tmp/elsewhere"), ("train.warmup_steps", "3"), ("model.config.num_hidden_layers", "1"),
+    ("train.optim.lr", "1e-3"), ("train.global_batch_size", "8"), ("seed", "7"), ("data.seq_len", "32"),
+    ("model.dtype", "bfloat16"), ("train.run.output_dir", "/tmp/elsewhere"), ("train.optim.warmup_steps", "3"), ("model.config.num_hidden_layers", "1"),
 ])
 def test_a_resume_that_changes_a_key_is_refused_with_both_values(run, key, value):
     before = files_of(run)
@@ -72,9 +72,9 @@ def test_a_resume_that_changes_a_key_is_refused_with_both_values(run, key, value
 def test_a_resume_with_another_config_file_is_refused(run, tmp_path):
     other = tmp_path / "other.yaml"
     data = yaml.safe_load((run / "config.yaml").read_text())
-    data["train"]["weight_decay"] = 0.1
+    data["train"]["optim"]["weight_decay"] = 0.1
     other.write_text(yaml.safe_dump(data))
-    with pytest.raises(ResumeConfigError, match="train.weight_decay: 0.0 in the run, 0.1 now"):
+    with pytest.raises(ResumeConfigError, match="train.optim.weight_decay: 0.0 in the run, 0.1 now"):
         train(other, resume_from=run)
 
 
@@ -86,29 +86,29 @@ def test_an_edited_config_yaml_is_refused(run):
         train(run / "config.yaml", resume_from=run)
 
 
-@pytest.mark.parametrize("sets", [["train.steps=5"], ["train.log_every=1", "train.progress=true"],
-                                  ["train.checkpoint_every=1", "train.keep_checkpoints=4"],
-                                  ["train.summary_warmup_steps=0", "train.peak_tflops=10",
-                                   "train.runs_dir=/tmp/elsewhere"]])
+@pytest.mark.parametrize("sets", [["train.steps=5"], ["train.run.log_every=1", "train.run.progress=true"],
+                                  ["train.run.checkpoint_every=1", "train.run.keep_checkpoints=4"],
+                                  ["train.run.summary_warmup_steps=0", "train.run.peak_tflops=10",
+                                   "train.run.runs_dir=/tmp/elsewhere"]])
 def test_a_resume_may_change_the_safe_keys(run, sets):
-    result = train(run / "config.yaml", "train.stop_after_steps=null", *sets, resume_from=run)
+    result = train(run / "config.yaml", "train.run.stop_after_steps=null", *sets, resume_from=run)
     assert result.first_step == 2 and [r["step"] for r in rows(run)] == list(range(1, result.steps[-1].step + 1))
 
 
 def test_a_resume_naming_its_own_folder_as_output_dir_is_the_same_run(run):
-    assert train(run / "config.yaml", f"train.output_dir={run}", "train.stop_after_steps=null",
+    assert train(run / "config.yaml", f"train.run.output_dir={run}", "train.run.stop_after_steps=null",
                  resume_from=run).first_step == 2
 
 
 def test_a_folder_written_before_run_json_still_resumes_and_still_refuses(run):
     (run / resume.RECORD).unlink()  # format 1: config.yaml is the record
-    with pytest.raises(ResumeConfigError, match="train.lr"):
-        train(run / "config.yaml", "train.lr=0.5", resume_from=run)
-    assert train(run / "config.yaml", "train.stop_after_steps=null", resume_from=run).first_step == 2
+    with pytest.raises(ResumeConfigError, match="train.optim.lr"):
+        train(run / "config.yaml", "train.optim.lr=0.5", resume_from=run)
+    assert train(run / "config.yaml", "train.run.stop_after_steps=null", resume_from=run).first_step == 2
 
 
 def test_a_finished_run_is_refused_untouched_and_extending_it_keeps_one_summary(run):
-    train(run / "config.yaml", "train.stop_after_steps=null", resume_from=run)
+    train(run / "config.yaml", "train.run.stop_after_steps=null", resume_from=run)
     finished = files_of(run)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["steps_this_process"] == 2  # the whole run, not this process
@@ -135,15 +135,15 @@ def test_a_live_run_is_not_resumed_by_a_second_process(run):
         holder.kill()
         holder.wait()
     time.sleep(0.1)  # the OS dropped the lock with the process
-    assert train(run / "config.yaml", "train.stop_after_steps=null", resume_from=run).first_step == 2
+    assert train(run / "config.yaml", "train.run.stop_after_steps=null", resume_from=run).first_step == 2
 
 
 def test_init_from_starts_a_new_run_from_the_checkpoint_weights(stopped, tmp_path):
-    fresh = train(QWEN3_CPU, *SETS, "train.stop_after_steps=null", "train.steps=1", f"train.output_dir={tmp_path / 'a'}")
-    one = train(QWEN3_CPU, *SETS, "train.stop_after_steps=null", "train.steps=1", "train.lr=1e-6",
-                f"train.output_dir={tmp_path / 'b'}", init_from=stopped)
-    two = train(QWEN3_CPU, *SETS, "train.stop_after_steps=null", "train.steps=1", "train.lr=1e-2",
-                f"train.output_dir={tmp_path / 'c'}", init_from=stopped / "checkpoints" / "step_0000002")
+    fresh = train(QWEN3_CPU, *SETS, "train.run.stop_after_steps=null", "train.steps=1", f"train.run.output_dir={tmp_path / 'a'}")
+    one = train(QWEN3_CPU, *SETS, "train.run.stop_after_steps=null", "train.steps=1", "train.optim.lr=1e-6",
+                f"train.run.output_dir={tmp_path / 'b'}", init_from=stopped)
+    two = train(QWEN3_CPU, *SETS, "train.run.stop_after_steps=null", "train.steps=1", "train.optim.lr=1e-2",
+                f"train.run.output_dir={tmp_path / 'c'}", init_from=stopped / "checkpoints" / "step_0000002")
     assert one.first_step == two.first_step == 0
     # step 1's loss is taken before the update: the same weights (the checkpoint's), whatever the new lr
     assert one.steps[0].loss == two.steps[0].loss != fresh.steps[0].loss
@@ -153,7 +153,7 @@ def test_init_from_starts_a_new_run_from_the_checkpoint_weights(stopped, tmp_pat
 def test_init_from_a_checkpoint_of_another_model_says_the_shapes_must_match(stopped, tmp_path):
     with pytest.raises(CheckpointError, match="shapes must match"):
         train(QWEN3_CPU, *SETS, "model.config.intermediate_size=96",
-              f"train.output_dir={tmp_path / 'x'}", init_from=stopped)
+              f"train.run.output_dir={tmp_path / 'x'}", init_from=stopped)
 
 
 def test_resume_and_init_from_together_are_refused(stopped):
@@ -183,11 +183,11 @@ def test_a_run_refused_before_it_starts_leaves_no_folder(tmp_path, monkeypatch):
 
     monkeypatch.setattr("ligerkit.train.trainer.set_up_model", refuse)
     with pytest.raises(RuntimeError, match="refused while building"):
-        train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs' / 'mine'}")
+        train(QWEN3_CPU, *SETS, f"train.run.runs_dir={tmp_path / 'runs' / 'mine'}")
     assert list(tmp_path.iterdir()) == []  # the folders opening the run made, the empty ones above it included
     (tmp_path / "runs" / "qwen3-cpu" / "another").mkdir(parents=True)  # folders that were there stay
     with pytest.raises(RuntimeError, match="refused while building"):
-        train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs'}")
+        train(QWEN3_CPU, *SETS, f"train.run.runs_dir={tmp_path / 'runs'}")
     assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == [
         "runs", "runs/qwen3-cpu", "runs/qwen3-cpu/another"]
 
@@ -199,5 +199,5 @@ def test_a_refused_run_does_not_announce_a_run_folder(tmp_path, caplog):
     from ligerkit.errors import LigerNeedsAcceleratorError
 
     with caplog.at_level(logging.INFO, logger="ligerkit"), pytest.raises(LigerNeedsAcceleratorError):
-        train(QWEN3_CPU, *SETS, f"train.runs_dir={tmp_path / 'runs'}", "model.liger_kernel.enabled=true")
+        train(QWEN3_CPU, *SETS, f"train.run.runs_dir={tmp_path / 'runs'}", "model.liger_kernel.enabled=true")
     assert "run folder" not in caplog.text and not (tmp_path / "runs").exists()

@@ -8,6 +8,7 @@ import pytest
 import torch
 from liger_kernel.transformers.rms_norm import LigerRMSNorm
 
+from helpers import failing_helper
 from ligerkit import LigerKernelKit, LigerPatch
 from ligerkit.errors import LateApplyError, RevertError
 from ligerkit.kit.families import all_families
@@ -24,9 +25,11 @@ def test_apply_and_revert_restores_identity_for_every_family():
         modules += [importlib.import_module(m) for m in PROCESS_WIDE_MODULES]
         owners = owners_of(modules)
         before = {(id(o), k): v for o in owners for k, v in vars(o).items()}
-        report = kit.apply(model_family=name, excluded_modules=())
-        assert kit.active == bool(report.patched)
-        kit.revert()
+        with failing_helper(name) as fails:  # a helper that fails on this stack: its apply leaves every binding
+            report = kit.apply(model_family=name, excluded_modules=())
+        if not fails:
+            assert kit.active == bool(report.patched)
+            kit.revert()
         after = {(id(o), k): v for o in owners for k, v in vars(o).items()}
         assert before.keys() == after.keys(), name
         assert all(before[key] is after[key] for key in before), f"{name}: revert is not exact"

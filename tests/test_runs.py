@@ -34,14 +34,14 @@ def user_data(tmp_path_factory):
     return folder / "tokenizer", F.jsonl_file(folder / "data.jsonl"), vocab
 
 
-def resume_config(user_data, out: Path, **train) -> list[str]:
+def resume_config(user_data, out: Path, *extra: str) -> list[str]:
     """qwen3 on the user's JSONL data, float32, attention dropout on, checkpoints every 2 steps."""
     tokenizer, data, vocab = user_data
     sets = ["data.kind=jsonl", f"data.path={data}", f"data.tokenizer={tokenizer}", "data.seq_len=16",
             f"model.config.vocab_size={vocab}", "model.config.attention_dropout=0.1", "model.dtype=float32",
-            "train.steps=6", "train.checkpoint_every=2", "train.progress=false", f"train.output_dir={out}",
+            "train.steps=6", "train.run.checkpoint_every=2", "train.run.progress=false", f"train.run.output_dir={out}",
             "train.global_batch_size=4", "train.micro_batch_size=2"]
-    return sets + [f"train.{k}={v}" for k, v in train.items()]
+    return sets + list(extra)
 
 
 def losses_of(run: Path) -> list[tuple[int, float]]:
@@ -54,7 +54,7 @@ def train(sets: list[str], resume: Path | None = None):
 
 
 def test_a_run_writes_its_folder(tmp_path, user_data):
-    result = train(resume_config(user_data, tmp_path / "run", steps=3))
+    result = train(resume_config(user_data, tmp_path / "run", "train.steps=3"))
     run = tmp_path / "run"
     for name in ("config.yaml", "environment.json", "liger.json", "metrics.jsonl", "loss.png", "summary.json"):
         assert (run / name).is_file(), name
@@ -65,19 +65,19 @@ def test_a_run_writes_its_folder(tmp_path, user_data):
 
 
 def test_a_default_run_gets_a_new_folder_and_an_existing_one_is_refused(tmp_path, user_data):
-    sets = [s for s in resume_config(user_data, tmp_path, steps=1) if not s.startswith("train.output_dir")]
-    first = train([*sets, f"train.runs_dir={tmp_path}"]).run_dir
-    second = train([*sets, f"train.runs_dir={tmp_path}"]).run_dir
+    sets = [s for s in resume_config(user_data, tmp_path, "train.steps=1") if not s.startswith("train.run.output_dir")]
+    first = train([*sets, f"train.run.runs_dir={tmp_path}"]).run_dir
+    second = train([*sets, f"train.run.runs_dir={tmp_path}"]).run_dir
     assert first != second and first.parent == second.parent == tmp_path / "qwen3-cpu"
     with pytest.raises(RunDirError, match="already holds a run"):
-        train([*sets, f"train.output_dir={first}"])
+        train([*sets, f"train.run.output_dir={first}"])
     assert len(losses_of(first)) == 1  # the earlier run's metrics are untouched
 
 
 def test_stop_then_resume_gives_the_uninterrupted_curve(tmp_path, user_data):
     whole = losses_of(train(resume_config(user_data, tmp_path / "whole")).run_dir)
     with pytest.raises(TrainingStopped, match="--resume") as stopped:
-        train(resume_config(user_data, tmp_path / "cut", stop_after_steps=3))
+        train(resume_config(user_data, tmp_path / "cut", "train.run.stop_after_steps=3"))
     assert stopped.value.exit_code == 75
     assert [p.name for p in checkpoint.complete(tmp_path / "cut")] == ["step_0000002", "step_0000003"]
     train(resume_config(user_data, tmp_path / "cut"), resume=tmp_path / "cut")
@@ -124,7 +124,7 @@ def test_a_checkpoint_killed_mid_save_is_never_the_latest(tmp_path, user_data, m
 
 
 def test_resume_needs_a_complete_checkpoint(tmp_path, user_data):
-    train(resume_config(user_data, tmp_path / "run", steps=1, checkpoint_every=5))
+    train(resume_config(user_data, tmp_path / "run", "train.steps=1", "train.run.checkpoint_every=5"))
     with pytest.raises(RunDirError, match="saved no checkpoint .* start a new run"):
         train(resume_config(user_data, tmp_path / "run"), resume=tmp_path / "run")
     with pytest.raises(checkpoint.CheckpointError, match="no complete checkpoint"):  # cut before its first save
@@ -133,9 +133,9 @@ def test_resume_needs_a_complete_checkpoint(tmp_path, user_data):
 
 
 def test_a_non_finite_loss_stops_with_the_step_and_a_hint(tmp_path):
-    sets = ["model.config.initializer_range=1.0e+30", "train.steps=3", "train.progress=false",
-            f"train.output_dir={tmp_path / 'run'}"]
-    with pytest.raises(NonFiniteError, match=r"step 1: .*nan.*train.lr"):
+    sets = ["model.config.initializer_range=1.0e+30", "train.steps=3", "train.run.progress=false",
+            f"train.run.output_dir={tmp_path / 'run'}"]
+    with pytest.raises(NonFiniteError, match=r"step 1: .*nan.*train.optim.lr"):
         train(sets)
     for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
         json.loads(line)  # strict JSON: no NaN
@@ -144,7 +144,7 @@ def test_a_non_finite_loss_stops_with_the_step_and_a_hint(tmp_path):
 def test_sigterm_finishes_the_step_saves_and_exits_non_zero(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "ligerkit", "train", str(QWEN3_CPU), "--set", "train.steps=2000", "--set",
-           f"train.output_dir={out}", "--set", "train.progress=false"]
+           f"train.run.output_dir={out}", "--set", "train.run.progress=false"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 300
@@ -169,10 +169,10 @@ def _torchrun(tmp_path: Path, nproc: int, port: int, sets: list[str], resume: Pa
 def test_two_gloo_ranks_stop_and_resume_to_the_same_curve_and_resume_on_one(tmp_path, user_data):
     assert _torchrun(tmp_path, 2, 29541, resume_config(user_data, tmp_path / "whole")) == "ok"
     whole = losses_of(tmp_path / "whole")
-    assert _torchrun(tmp_path, 2, 29542, resume_config(user_data, tmp_path / "cut", stop_after_steps=3)) == "stopped"
+    assert _torchrun(tmp_path, 2, 29542, resume_config(user_data, tmp_path / "cut", "train.run.stop_after_steps=3")) == "stopped"
     assert _torchrun(tmp_path, 2, 29543, resume_config(user_data, tmp_path / "cut"), resume=tmp_path / "cut") == "ok"
     assert losses_of(tmp_path / "cut") == whole  # the same ranks, the same reductions: bit for bit
-    assert _torchrun(tmp_path, 2, 29544, resume_config(user_data, tmp_path / "half", stop_after_steps=3)) == "stopped"
+    assert _torchrun(tmp_path, 2, 29544, resume_config(user_data, tmp_path / "half", "train.run.stop_after_steps=3")) == "stopped"
     one = train(resume_config(user_data, tmp_path / "half"), resume=tmp_path / "half")  # another world size
     assert one.first_step == 3
     half = losses_of(tmp_path / "half")
@@ -191,7 +191,7 @@ model:
   source: pretrained
   pretrained_model_name_or_path: {model}
 data: {{kind: jsonl, path: {data}, text_field: body, seq_len: 16, packing: false}}
-train: {{steps: 4, global_batch_size: 4, micro_batch_size: 2, lr: 1.0e-3, progress: false, output_dir: {tmp_path / 'run'}}}
+train: {{steps: 4, global_batch_size: 4, micro_batch_size: 2, optim: {{lr: 1.0e-3}}, run: {{progress: false, output_dir: {tmp_path / 'run'}}}}}
 """)
     result = Trainer(load_engine(config)).train(torch.device("cpu"))
     assert len(result.steps) == 4 and all(s.valid_tokens > 0 for s in result.steps)

@@ -94,7 +94,7 @@ def test_a_bad_batch_is_refused_by_its_own_step_not_by_the_one_before():
 
 
 def _run(tmp_path: Path, name: str) -> list[float]:
-    sets = ["train.steps=4", "train.progress=false", f"train.output_dir={tmp_path / name}",
+    sets = ["train.steps=4", "train.run.progress=false", f"train.run.output_dir={tmp_path / name}",
             "train.global_batch_size=4", "train.micro_batch_size=2", "model.dtype=float32"]
     Trainer(load_engine(QWEN3_CPU, sets)).train(CPU)
     rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]

@@ -75,7 +75,7 @@ def test_data_is_deterministic_padded_and_ignored_at_padding():
 
 def test_the_recipe_loss_is_token_normalized_over_the_whole_step():
     """Two micro-batches with different valid-token counts: loss = sum CE / total valid tokens."""
-    engine = load_engine(QWEN3_CPU, ["train.progress=false"])
+    engine = load_engine(QWEN3_CPU, ["train.run.progress=false"])
     model = set_up_model(engine, torch.device("cpu"))
     reference = load_engine(QWEN3_CPU).prepare_model(torch.device("cpu"))
     reference.load_state_dict(model.state_dict())
@@ -94,7 +94,8 @@ def test_the_recipe_loss_is_token_normalized_over_the_whole_step():
     hand.backward()
 
     capture = GradCapture(model)
-    engine.config = engine.config.model_copy(update={"train": engine.config.train.model_copy(update={"grad_clip": 0})})
+    train = engine.config.train
+    engine.config = engine.config.model_copy(update={"train": train.model_copy(update={"optim": train.optim.model_copy(update={"grad_clip": 0})})})
     loss, _, tokens = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
     grads = capture.grads
     assert tokens == total
@@ -130,7 +131,7 @@ def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
     saved.save_pretrained(tmp_path / "ckpt")
     engine = load_engine(QWEN3_CPU, ["model.source=pretrained", f"model.pretrained_path={tmp_path / 'ckpt'}",
                                      "model.config={}",
-                                     "train.steps=2", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"])
+                                     "train.steps=2", "train.run.progress=false", f"train.run.output_dir={tmp_path / 'run'}"])
     model = set_up_model(engine, torch.device("cpu"))
     torch.testing.assert_close(model.state_dict()["model.norm.weight"], saved.state_dict()["model.norm.weight"])
     torch.testing.assert_close(model.lm_head.weight, saved.lm_head.weight)
@@ -167,7 +168,7 @@ def test_mfu_counts_no_weight_gradient_for_frozen_weights():
 
 
 def _step_grads(recipe_config: Path, overrides: list[str], batches) -> tuple[float, dict[str, torch.Tensor]]:
-    engine = load_engine(recipe_config, ["train.progress=false", "train.grad_clip=0", *overrides])
+    engine = load_engine(recipe_config, ["train.run.progress=false", "train.optim.grad_clip=0", *overrides])
     model = set_up_model(engine, torch.device("cpu"))
     capture = GradCapture(model)
     loss, _, _ = Trainer(engine).train_step(StepModule(engine, model, engine.loss), capture, batches, torch.device("cpu"))
@@ -223,7 +224,7 @@ def test_the_engine_builds_models_without_a_kv_cache():
 
 
 def test_deterministic_mode_is_on_while_training_and_restored_after(monkeypatch):
-    engine = load_engine(QWEN3_CPU, ["train.steps=2", "train.progress=false", "train.deterministic=true"])
+    engine = load_engine(QWEN3_CPU, ["train.steps=2", "train.run.progress=false", "train.deterministic=true"])
     seen = []
     trainer = Trainer(engine)
     original = trainer._train
@@ -240,7 +241,7 @@ def test_deterministic_mode_is_on_while_training_and_restored_after(monkeypatch)
 
 
 def test_gradient_norm_is_taken_in_float32_and_clips_to_it():
-    engine = load_engine(QWEN3_CPU, ["train.grad_clip=0.5"])
+    engine = load_engine(QWEN3_CPU, ["train.optim.grad_clip=0.5"])
     model = torch.nn.Linear(64, 300).to(torch.bfloat16)
     torch.manual_seed(1)
     for p in model.parameters():
@@ -255,7 +256,7 @@ def test_gradient_norm_is_taken_in_float32_and_clips_to_it():
 
 
 def test_no_clipping_still_reports_the_norm_and_leaves_gradients_alone():
-    engine = load_engine(QWEN3_CPU, ["train.grad_clip=0"])
+    engine = load_engine(QWEN3_CPU, ["train.optim.grad_clip=0"])
     model = torch.nn.Linear(8, 4)
     for p in model.parameters():
         p.grad = torch.full_like(p, 10.0)

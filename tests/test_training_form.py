@@ -16,11 +16,11 @@ from ligerkit.probe.training_form import TrainingForm, checked_in_form, current_
 from ligerkit.train import load_engine, set_up_model
 from ligerkit.train.recipe.engine import RecipeEngine
 from ligerkit.train.memory.checkpointing import is_recomputed
-from ligerkit.train.recipe.setup import training_form
+from ligerkit.train.recipe.setup import kit_checks_in_form, training_form
 from toy_models import modeling_layouts as L
 
 QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
-SETS = ["data.seq_len=16", "model.dtype=float32", "train.progress=false"]
+SETS = ["data.seq_len=16", "model.dtype=float32", "train.run.progress=false"]
 BOTH = ["train.lora={rank: 4, alpha: 8}", "train.activation_checkpointing=true"]
 
 
@@ -30,7 +30,7 @@ def _qwen3() -> tuple[type, object]:
 
 
 def test_a_pre_norm_family_stays_safe_with_lora_and_checkpointing_and_the_verdict_says_so(tmp_path):
-    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.output_dir={tmp_path}"])
+    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.run.output_dir={tmp_path}"])
     form = training_form(engine)
     seen: list[nn.Module] = []
     watched = TrainingForm(form.key, lambda model: (form.adapt(model), seen.append(model)))
@@ -64,7 +64,19 @@ def test_a_form_that_does_not_fit_the_model_leaves_the_verdict_unproven_and_apar
     assert plain.checked and not plain.hazard and "as it trains" not in plain.reason
 
 
-def test_the_set_up_applies_the_kit_inside_the_form_and_only_when_the_config_asks(tmp_path):
+def test_the_kit_checks_in_the_form_only_when_the_config_asks_and_liger_is_on(tmp_path):
+    forms = {}
+    for name, sets in (("both, Liger on", [*BOTH, "model.liger_kernel.enabled=true"]),
+                       ("both, Liger off", BOTH), ("neither, Liger on", ["model.liger_kernel.enabled=true"])):
+        engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.run.output_dir={tmp_path}"])
+        with kit_checks_in_form(engine):
+            forms[name] = current_form()
+    assert forms["both, Liger on"].key == "LoRA r=4 alpha=8 dropout=0 on all-linear; activation checkpointing per layer"
+    assert forms["both, Liger off"] is None  # the kit applies nothing: no verdict to compute
+    assert forms["neither, Liger on"] is None and current_form() is None
+
+
+def test_the_set_up_with_liger_off_builds_outside_any_form(tmp_path):
     seen: list[object] = []
 
     class Recording(RecipeEngine):
@@ -72,13 +84,9 @@ def test_the_set_up_applies_the_kit_inside_the_form_and_only_when_the_config_ask
             seen.append(current_form())
             return super().prepare_model(device)
 
-    for sets in (BOTH, []):
-        engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.output_dir={tmp_path}"])
-        set_up_model(Recording(engine.config, engine.recipe_dir), torch.device("cpu"))
-    assert seen[0] is not None and seen[0].key == ("LoRA r=4 alpha=8 dropout=0 on all-linear; "
-                                                   "activation checkpointing per layer")
-    assert seen[1] is None and current_form() is None
-    assert training_form(engine) is None
+    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.run.output_dir={tmp_path}"])
+    set_up_model(Recording(engine.config, engine.recipe_dir), torch.device("cpu"))
+    assert seen == [None] and training_form(engine) is not None
 
 
 @pytest.mark.parametrize("sets, words", [(["train.lora={rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}"],
@@ -86,14 +94,14 @@ def test_the_set_up_applies_the_kit_inside_the_form_and_only_when_the_config_ask
                                          (["train.activation_checkpointing=true"],
                                           "activation checkpointing per layer")])
 def test_the_form_key_changes_with_every_setting_that_changes_the_steps(sets, words, tmp_path):
-    engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.output_dir={tmp_path}"])
+    engine = load_engine(QWEN3_CPU, [*SETS, *sets, f"train.run.output_dir={tmp_path}"])
     assert training_form(engine).key == words
 
 
 def test_the_apply_report_says_which_form_its_in_place_checks_ran_in(tmp_path):
     from ligerkit import LigerKernelKit
 
-    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.output_dir={tmp_path}"])
+    engine = load_engine(QWEN3_CPU, [*SETS, *BOTH, f"train.run.output_dir={tmp_path}"])
     kit = LigerKernelKit()
     try:
         with checked_in_form(training_form(engine)):
@@ -144,7 +152,7 @@ def test_a_composite_part_that_declares_no_layers_of_its_own_recomputes_the_laye
     from recipes.composite_vlm.model import modeling_vision as vision
 
     config = Path(__file__).resolve().parents[1] / "recipes" / "composite_vlm" / "configs" / "cpu.yaml"
-    engine = load_engine(config, ["train.activation_checkpointing=true", f"train.output_dir={tmp_path}"])
+    engine = load_engine(config, ["train.activation_checkpointing=true", f"train.run.output_dir={tmp_path}"])
     form = training_form(engine)
     seen: list[nn.Module] = []
     with checked_in_form(TrainingForm(form.key, lambda m: (form.adapt(m), seen.append(m)))):

@@ -71,7 +71,7 @@ def test_a_non_finite_step_updates_nothing_and_says_so(fused):
     model, optimizer = _model_and_optimizer(fused)
     U.update(model, optimizer, _backward(model, 0), total_norm(model), max_norm=0.5)  # states exist now
     before = _state(model, optimizer)
-    with pytest.raises(NonFiniteError, match=r"step 2: the loss is nan .*weights were not updated.*train.grad_clip"):
+    with pytest.raises(NonFiniteError, match=r"step 2: the loss is nan .*weights were not updated.*train.optim.grad_clip"):
         U.update(model, optimizer, _backward(model, 1, poison=True), total_norm(model), max_norm=0.5, step=1)
     assert all(torch.equal(a, b) for a, b in zip(before, _state(model, optimizer), strict=True))
     assert all(p.grad is None for p in model.parameters())

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         Swap,
     )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Public name -> the module that defines it, imported the first time the name is read.
 _LAZY = {

@@ -69,44 +69,36 @@ class UnknownModuleError(LigerKitError):
         for name in names:
             close = difflib.get_close_matches(name, known, n=1)
             hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        super().__init__(
-            f"Unknown Liger module name(s): {', '.join(hints)}. Known names: {', '.join(known)}. "
-            "Fix the spelling in `modules`/`excluded_modules`; a name of your own only makes sense as a "
-            "custom_patches key."
-        )
+        super().__init__(f"Unknown Liger module name(s): {', '.join(hints)}. Known names: {', '.join(known)}. "
+                         "Fix the spelling in `modules`/`excluded_modules`; a name of your own only makes sense as "
+                         "a custom_patches key.")
 
 
 class UnsupportedModuleError(LigerKitError):
     """A module was enabled that the family's helper does not accept."""
 
     def __init__(self, family: str, names: Iterable[str], accepted: Iterable[str]):
-        super().__init__(
-            f"Liger's helper for {family!r} does not accept {', '.join(sorted(names))} "
-            f"(it accepts: {', '.join(sorted(accepted))}). Remove them from `modules`, or patch that "
-            "component yourself with custom_patches in a second apply() call."
-        )
+        super().__init__(f"Liger's helper for {family!r} does not accept {', '.join(sorted(names))} "
+                         f"(it accepts: {', '.join(sorted(accepted))}). Remove them from `modules`, or patch that "
+                         "component yourself with custom_patches in a second apply() call.")
 
 
 class ModuleConflictError(LigerKitError):
     """A module is both enabled and excluded."""
 
     def __init__(self, names: Iterable[str]):
-        names = sorted(names)
-        super().__init__(
-            f"Module(s) {', '.join(names)} are both enabled and listed in excluded_modules; the kit will "
-            "not pick one for you. Either remove them from `modules`/custom_patches, or pass an "
-            "excluded_modules that leaves them out (loss kernels change how the loss is normalized: use train.loss.path: fused, the fused loss)."
-        )
+        super().__init__(f"Module(s) {', '.join(sorted(names))} are both enabled and listed in excluded_modules; the "
+                         "kit will not pick one for you. Either remove them from `modules`/custom_patches, or pass an "
+                         "excluded_modules that leaves them out (loss kernels change how the loss is normalized: use "
+                         "train.loss.path: fused, the fused loss).")
 
 
 class LossKernelConflictError(LigerKitError):
     """cross_entropy and fused_linear_cross_entropy are both on (Liger refuses that combination)."""
 
     def __init__(self) -> None:
-        super().__init__(
-            "cross_entropy and fused_linear_cross_entropy cannot both be on: Liger's helpers refuse it. "
-            "Turn one of them off in `modules`."
-        )
+        super().__init__("cross_entropy and fused_linear_cross_entropy cannot both be on: Liger's helpers refuse it. "
+                         "Turn one of them off in `modules`.")
 
 
 class NoEffectError(LigerKitError):
@@ -189,12 +181,9 @@ class ReplacementMismatchError(ProbeMismatchError):
 
 
 class InPlaceBackwardError(LigerKitError):
-    """A replacement writes in place into a tensor another consumer in the model shares.
-
-    Liger's default RMSNorm writes the input's gradient into the incoming gradient; where the norm's
-    output is added straight to the residual, that gradient is the residual's too. The message
-    names the out-of-place replacement with the same math, or says to leave the module off.
-    """
+    """A replacement writes in place into a tensor another consumer in the model shares (Liger's default RMSNorm
+    writes the input's gradient into the incoming one, the residual's too where the norm's output is added straight
+    to it); the message names the out-of-place replacement with the same math, or says to leave the module off."""
 
 
 class UnreachableSwapError(LigerKitError):
@@ -252,8 +241,17 @@ class DataError(LigerKitError):
     """A dataset file or tokenizer cannot be used (missing, not text, no documents, wrong field)."""
 
 
+class TokenizerError(DataError):
+    """A tokenizer folder that holds no tokenizer (the message names the files it lacks), or one making no tokens."""
+
+
+class StorageError(LigerKitError):
+    """A write failed for want of room or permission (disk full, quota, read-only, no access); the message says what
+    to free or where to write instead. ``__cause__`` is the ``OSError`` (its ``errno`` and ``filename``)."""
+
+
 class TrainingStopped(StoppedEarly):
-    """The run stopped before its last step (a signal, ``train.stop_after_steps``); it can be resumed."""
+    """The run stopped before its last step (a signal, ``train.run.stop_after_steps``); it can be resumed."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)

@@ -242,23 +242,29 @@ def model_class_for(config: Any) -> type:
 def build_model(config: Any, cls: type | None = None, *, path: str | os.PathLike[str] | None = None,
                 dtype: Any = None, device: Any = None, quiet: bool = False,
                 from_pretrained: dict[str, Any] | None = None) -> Any:
-    """The one transformers model build: ``cls`` (default :func:`model_class_for`) from ``config``.
+    """The one model build, which every other builds through: ``cls`` (default :func:`model_class_for`)
+    from ``config``.
 
     With ``path``, the local checkpoint there with its weights (``from_pretrained``, never a download,
-    with the keywords of the ``from_pretrained`` mapping); else randomly initialized from ``config``. In
+    with the keywords of the ``from_pretrained`` mapping); else randomly initialized from ``config``
+    (``cls._from_config`` for a transformers class, ``cls(config)`` for any other module class). In
     ``dtype`` where given, created under ``torch.device(device)`` where given (``"meta"``: no memory, no
-    weights); ``quiet`` silences transformers' warnings. Whatever the build raises is raised as it is.
+    weights); ``quiet`` silences Python's and transformers' warnings. Whatever the build raises is raised
+    as it is.
     """
     import torch
 
     cls = cls if cls is not None else model_class_for(config)
-    with (warnings.catch_warnings() if quiet else nullcontext(),
+    with (warnings.catch_warnings() if quiet else nullcontext(), quiet_transformers() if quiet else nullcontext(),
           torch.device(device) if device is not None else nullcontext()):
         if quiet:
             warnings.simplefilter("ignore")
         if path is not None:
             return cls.from_pretrained(str(path), config=config, local_files_only=True, dtype=dtype,
                                        **(from_pretrained or {}))
+        if not (hasattr(cls, "_from_config") and hasattr(cls, "config_class")):  # a plain nn.Module class
+            model = cls(config)
+            return model.to(dtype) if dtype is not None else model
         return cls._from_config(config, dtype=dtype) if dtype is not None else cls._from_config(config)
 
 

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ligerkit.errors import InvalidOptionError
 from ligerkit.kit.build import apply_build_scan
+from ligerkit.naming import FALLBACKS
 from ligerkit.kit.core import LOSS_MODULES, LigerKernelKit
 from ligerkit.hf import PLAN_LAYERS, build_meta_model, default_config, load_local_config
 from ligerkit.kit.official import Modules
@@ -46,9 +48,18 @@ def plan(
     model_path: str | os.PathLike[str] | None = None,
     modules: Modules = "auto",
     excluded_modules: Sequence[str] = LOSS_MODULES,
+    fallback: str = "error",
 ) -> PlanResult:
     """Apply on a fresh kit, meta-build the model, scan it (the kit's one apply-build-scan path,
-    :func:`~ligerkit.kit.apply_build_scan`), and revert (always)."""
+    :func:`~ligerkit.kit.apply_build_scan`), and revert (always). ``fallback="custom"``: a family whose
+    Liger helper fails gets ligerkit's proven map instead (``ligerkit.suggest.proven_map``)."""
+    if fallback not in FALLBACKS:
+        raise InvalidOptionError(f"fallback={fallback!r}: use one of {', '.join(FALLBACKS)}")
+    builder = None
+    if fallback == "custom":
+        from ligerkit.suggest import proven_map
+
+        builder = proven_map
     kit = LigerKernelKit()
     if model_path is not None:
         config = load_local_config(model_path)
@@ -60,7 +71,8 @@ def plan(
     reports: list[LigerKernelReport] = []
 
     def apply_and_build() -> Any:
-        reports.append(kit.apply(model_path, model_family=family, modules=modules, excluded_modules=excluded_modules))
+        reports.append(kit.apply(model_path, model_family=family, modules=modules, excluded_modules=excluded_modules,
+                                 fallback=builder))
         built_from = config if config is not None else default_config(reports[0].applications[0].family or family)
         return build_meta_model(built_from)
 

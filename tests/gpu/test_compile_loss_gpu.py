@@ -39,7 +39,7 @@ from ligerkit.proof.arm_runs import loss_gap, run_arm
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.parent.name for p in ROOT.glob("recipes/*/configs"))
 SIDE_BY_SIDE = 3  # processes on the GPU at once: three fitted on the H200 (2026-12-01)
-COMMON = ["train.micro_batch_size=2", "train.progress=false", "train.arm=null"]
+COMMON = ["train.micro_batch_size=2", "train.run.progress=false", "train.arm=null"]
 ARMS = {
     "eager": ["model.liger_kernel.enabled=false", "train.compile=off"],
     "compile": ["model.liger_kernel.enabled=false", "train.compile=ops"],

@@ -83,7 +83,7 @@ def test_compiled_qwen3_layers_in_compile_mode_match_uncompiled():
     import transformers.models.qwen3.modeling_qwen3 as modeling
 
     from ligerkit.kit import LigerKernelKit
-    from ligerkit.train.compile import reset_compiled
+    from ligerkit.compile.layers import reset_compiled
 
     cfg = Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=2, num_attention_heads=16,
                       num_key_value_heads=8, head_dim=128, vocab_size=32000)

@@ -1,4 +1,4 @@
-"""GPU: ``train.recompute_glu_product`` with Liger's own SwiGLU, and ``train.recompute_norm_output``
+"""GPU: ``train.memory.recompute_glu_product`` with Liger's own SwiGLU, and ``train.memory.recompute_norm_output``
 with Liger's own RMSNorm and rotary: the same loss and gradients as keeping the outputs, and their
 bytes no longer kept by the forward (full fine-tune and LoRA).
 
@@ -36,7 +36,7 @@ def _kept_and_recomputed(lora: bool, kept: tuple[bool, bool], lean: tuple[bool, 
     from ligerkit.train.step import StepModule, device_batch
 
     sets = [*(sets if sets is not None else [*SHAPE, "train.loss.path=fused"]), "model.liger_kernel.enabled=true",
-            "train.progress=false", *(["train.lora={rank: 8, alpha: 16}"] if lora else [])]
+            "train.run.progress=false", *(["train.lora={rank: 8, alpha: 16}"] if lora else [])]
     engine = load_engine(config, sets)
     device = torch.device("cuda")
     try:

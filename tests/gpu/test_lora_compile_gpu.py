@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from ligerkit.train.compile import reset_compiled
+from ligerkit.compile.layers import reset_compiled
 from ligerkit.train.recipe.loading import load_engine
 from ligerkit.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["model.config.num_hidden_layers=6", "data.seq_len=1024", "train.global_batch_size=4",
-         "train.micro_batch_size=4", "train.steps=4", "train.progress=false", "train.lora={rank: 16, alpha: 32}",
+         "train.micro_batch_size=4", "train.steps=4", "train.run.progress=false", "train.lora={rank: 16, alpha: 32}",
          "model.liger_kernel.enabled=false"]
 
 
 def losses(tmp_path: Path, name: str, *more: str) -> list[float]:
     engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml",
-                         [*SMALL, *more, f"train.output_dir={tmp_path / name}"])
+                         [*SMALL, *more, f"train.run.output_dir={tmp_path / name}"])
     try:
         return [s.loss for s in Trainer(engine).train(torch.device("cuda")).steps]
     finally:

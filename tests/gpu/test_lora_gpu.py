@@ -33,7 +33,7 @@ def test_the_trainer_trains_lora_with_liger_the_fused_loss_and_recompute(tmp_pat
     from ligerkit.train import Trainer, load_engine
 
     engine = load_engine(QWEN3_CPU, [*MODES["both"], "model.liger_kernel.enabled=true", "train.loss.path=fused",
-                                     "train.steps=4", "train.progress=false", f"train.output_dir={tmp_path / 'run'}"])
+                                     "train.steps=4", "train.run.progress=false", f"train.run.output_dir={tmp_path / 'run'}"])
     result = Trainer(engine).train(torch.device("cuda"))
     assert all(torch.isfinite(torch.tensor(s.loss)) for s in result.steps)
     assert result.steps[-1].loss < result.steps[0].loss

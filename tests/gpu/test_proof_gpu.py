@@ -40,7 +40,7 @@ def test_the_engine_uses_fused_adamw_on_cuda():
     model = set_up_model(engine, torch.device("cuda"))
     assert Trainer(engine).optimizer(model).defaults["fused"] is True
     off = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
-                      ["model.liger_kernel.enabled=false", "train.fused_adamw=false"])
+                      ["model.liger_kernel.enabled=false", "train.optim.fused_adamw=false"])
     assert not Trainer(off).optimizer(model).defaults["fused"]
 
 
@@ -52,8 +52,8 @@ def test_deterministic_training_repeats_bit_for_bit():
     runs = []
     for _ in range(2):
         engine = load_engine(ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml",
-                             ["train.steps=4", "train.progress=false", "train.deterministic=true",
-                              "model.liger_kernel.enabled=true", "model.liger_kernel.loss=fused"])
+                             ["train.steps=4", "train.run.progress=false", "train.deterministic=true",
+                              "model.liger_kernel.enabled=true", "train.loss.path=fused"])
         runs.append([(s.loss, s.grad_norm) for s in Trainer(engine).train(torch.device("cuda")).steps])
     assert runs[0] == runs[1]
     assert not torch.are_deterministic_algorithms_enabled()

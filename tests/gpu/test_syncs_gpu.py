@@ -21,7 +21,7 @@ from ligerkit.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["model.config.num_hidden_layers=2", "data.seq_len=256", "train.global_batch_size=4", "train.micro_batch_size=2",
-         "train.steps=6", "train.progress=false"]
+         "train.steps=6", "train.run.progress=false"]
 
 
 def ours(sources: dict[str, float]) -> float:
@@ -42,7 +42,7 @@ def test_the_own_trainer_waits_at_most_once_per_step(arm, tmp_path):
             elif step > 1:
                 syncs.step()
 
-    sets = [*SMALL, *ARMS[arm], f"train.output_dir={tmp_path / arm}"]
+    sets = [*SMALL, *ARMS[arm], f"train.run.output_dir={tmp_path / arm}"]
     try:
         Counted(load_engine(ROOT / "recipes" / "qwen3" / "configs" / "gpu.yaml", sets)).train()
     finally:

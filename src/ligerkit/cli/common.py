@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -194,21 +193,14 @@ def _stopped_by_signal(exc: BaseException | None) -> int | None:
     return None
 
 
-_NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-            errno.EROFS: "the file system is read-only"}
-
-
 def _storage_full(exc: BaseException) -> None:
-    """Exit 1 with what to do when ``exc`` (or what it wraps) is a disk that is full or read-only."""
-    seen = exc
-    while seen is not None and not (isinstance(seen, OSError) and seen.errno in _NO_ROOM):
-        seen = seen.__cause__ or seen.__context__
-    if seen is None:
-        return
-    where = f" writing {seen.filename}" if getattr(seen, "filename", None) else ""
-    fail(LigerKitError(f"{_NO_ROOM[seen.errno]}{where}. Free space there (or make it writable), then continue a run "
-                       "from its newest complete checkpoint with `ligerkit train --resume RUN_DIR`, or point "
-                       "train.runs_dir / train.output_dir at a disk with room"))
+    """Exit 1 with a :class:`~ligerkit.errors.StorageError` saying what to do when ``exc`` (or what it wraps) is a
+    disk that is full, read-only or not writable here (``ligerkit.train.run.storage``)."""
+    from ligerkit.train.run.storage import storage_cause, storage_error
+
+    cause = storage_cause(exc)
+    if cause is not None:
+        fail(storage_error(cause, "a file"))
 
 
 def _stopped_at_once(code: int) -> NoReturn:

@@ -21,7 +21,9 @@ from ligerkit.cli.common import (
     set_option,
     text_width,
 )
+from ligerkit.cli.tables import print_prose, print_table
 from ligerkit.errors import InvalidOptionError
+from ligerkit.naming import FALLBACKS
 
 
 @command("Liger's families: helpers, modules and defaults.")
@@ -53,6 +55,10 @@ def plan(
                                          help="'auto' or name=on|off pairs, e.g. rope=on,swiglu=off.")] = "auto",
     exclude: Annotated[str | None, typer.Option(
         metavar="NAMES", help="Modules kept off (comma-separated; 'none' for none). Default: the loss kernels.")] = None,
+    fallback: Annotated[str, typer.Option(
+        metavar="error|custom", help="When the family's Liger helper fails on the installed versions: error (raise "
+        "it), or custom (apply ligerkit's proven map of the family instead: suggest's verdicts, each swap probed "
+        "and replayed on the model's calls; the report says so).")] = "error",
     as_json: JsonOpt = False,
 ) -> None:
     """Apply, build the model on the meta device, scan that the swaps reached it, print the report, revert.
@@ -66,7 +72,9 @@ def plan(
         non_empty("--model", model)
         if family and model:
             raise InvalidOptionError("Give --family or --model, not both.")
-        result = run_plan(family, model, parse_modules(modules), parse_exclude(exclude))
+        if fallback not in FALLBACKS:
+            raise InvalidOptionError(f"--fallback {fallback!r}: use one of {', '.join(FALLBACKS)}")
+        result = run_plan(family, model, parse_modules(modules), parse_exclude(exclude), fallback=fallback)
         if as_json:
             emit_json(result.to_dict())
             return
@@ -126,8 +134,9 @@ def suggest(
 
     When one of Liger's family helpers already patches the module (transformers' own modeling
     files), the output names it: the official route is the one for those models, and the map is
-    for vendored copies. A config key or --set the config does not have, a key a candidate needs
-    and the config lacks, and a module with nothing to probe are errors (exit 1).
+    for vendored copies. A config key or --set the config does not have, a size that is not a positive
+    integer, a key a candidate needs and the config lacks, and a module with nothing to probe are errors
+    (exit 1). Piped to a file, the table is plain rows of at most 100 columns, each reason under its row.
     """
     from ligerkit.probe.runnable import Unrunnable
     from ligerkit.proof.grads import FAIL, PARTIAL, PARTIAL_EXIT, exit_code
@@ -163,16 +172,11 @@ def suggest(
             if code:
                 raise typer.Exit(code)
             return
-        from rich.table import Table
-
         if result.official is not None:
-            out.print(f"official helper: {result.official.advice()}\n", markup=False)
-        table = Table(title=f"{result.module} (config: {result.config})", title_justify="left")
-        for col in ("symbol", "kind", "verdict", "replacement", "reason"):
-            table.add_column(col, overflow="fold")
-        for c in result.candidates:
-            table.add_row(c.symbol, c.kind, c.verdict, c.replacement or "-", c.reason)
-        out.print(table)
+            print_prose(f"official helper: {result.official.advice()}\n")
+        rows = [(c.symbol, c.kind, c.verdict, c.replacement or "-", c.reason) for c in result.candidates]
+        print_table(f"{result.module} (config: {result.config})", ("symbol", "kind", "verdict", "replacement",
+                                                                      "reason"), rows, below=("reason",))
         out.print(f"# {len(result.matched)} of {len(result.candidates)} candidates matched", markup=False)
         sys.stdout.write(result.patches_code() + "\n")  # unwrapped: ready to paste
         if grads is not None or unseen:

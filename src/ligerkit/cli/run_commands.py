@@ -31,8 +31,10 @@ def train(
         help="A recipe config (recipes/qwen3/configs/cpu.yaml), or a recipe folder (its configs/gpu.yaml on a GPU "
              "machine, configs/cpu.yaml elsewhere). Optional with --resume.", show_default=False)] = None,
     set_: Annotated[list[str] | None, set_option("Override a config key",
-                                                  "--set train.steps=5 --set train.lr=1e-3")] = None,
+                                                  "--set train.steps=5 --set train.optim.lr=1e-3")] = None,
     resume: Annotated[str | None, typer.Option("--resume", metavar="RUN_DIR", help="Continue the run in this folder "
+                                                              "(one that did not finish: a finished run is "
+                                                              "refused, saying how to extend it) "
                                                               "from its newest intact checkpoint, with the config "
                                                               "it trained with (only train.steps, logging and "
                                                               "checkpoint keys may change).")] = None,
@@ -44,12 +46,12 @@ def train(
 ) -> None:
     """Train a recipe config (Liger as the config says; under torchrun for several GPUs).
 
-    Every run writes a folder (train.output_dir, or a new one under runs/<config name>/): the resolved
+    Every run writes a folder (train.run.output_dir, or a new one under runs/<config name>/): the resolved
     config, the environment, the Liger report, metrics.jsonl, checkpoints, loss.png and summary.json.
     SIGINT/SIGTERM finish the step, save a checkpoint and exit 130/143 (a second signal stops at once);
-    train.stop_after_steps exits 75 the same way; --resume continues (the same config, or a refusal naming
+    train.run.stop_after_steps exits 75 the same way; --resume continues (the same config, or a refusal naming
     each changed key; one process per run folder). Progress goes to stderr: a bar in a
-    terminal, log lines elsewhere (train.log_every steps apart).
+    terminal, log lines elsewhere (train.run.log_every steps apart).
     """
     from ligerkit.kit.report import render_report
     from ligerkit.train import Trainer, load_engine
@@ -57,7 +59,7 @@ def train(
     def body() -> None:
         overrides = list(set_ or [])
         if as_json:
-            overrides.append("train.progress=false")
+            overrides.append("train.run.progress=false")
         engine = load_engine(_train_config(config, resume), overrides)
         log_to_stderr()
         result = Trainer(engine, resume, init_from).train()
@@ -71,7 +73,7 @@ def train(
                 "report": result.report.to_dict() if result.report else None,
                 "scan": result.scan.to_dict() if result.scan else None,
                 "steps": [s.to_dict() for s in result.steps],
-                "summary": result.summary(engine.config.train.summary_warmup_steps),
+                "summary": result.summary(engine.config.train.run.summary_warmup_steps),
             })
             return
         if result.report is not None:
@@ -81,7 +83,7 @@ def train(
         else:
             out.print("Liger: off (model.liger_kernel.enabled is false); the model trained unpatched.", markup=False)
         out.print(f"loss path: {engine.loss_path()}", markup=False, soft_wrap=True)
-        out.print(result.summary_line(engine.config.train.summary_warmup_steps), markup=False, soft_wrap=True)
+        out.print(result.summary_line(engine.config.train.run.summary_warmup_steps), markup=False, soft_wrap=True)
 
     run(body)
 
@@ -115,7 +117,7 @@ def smoke(
     target: Annotated[str, typer.Argument(metavar="RECIPE_OR_CONFIG",
                                           help="Recipe folder (uses configs/gpu.yaml) or a config file.")],
     steps: Annotated[int, typer.Option(metavar="N", help="Training steps per arm.")] = 20,
-    set_: Annotated[list[str] | None, set_option("Config override for both arms", "--set train.lr=1e-4")] = None,
+    set_: Annotated[list[str] | None, set_option("Config override for both arms", "--set train.optim.lr=1e-4")] = None,
     nproc: Annotated[int, typer.Option(metavar="N", help="GPUs per arm (torchrun + FSDP2 when > 1).")] = 1,
     grad_factor: Annotated[float, typer.Option(metavar="X", help="Gradient check: a tensor fails when its relative "
                                                "error against float32 exceeds this x eager's + --grad-slack.")] = 2.0,

@@ -27,6 +27,7 @@ from ligerkit.hf import build_model, hidden_width, load_config, model_class_for
 from ligerkit.kit import LigerKernelKit, LigerKernelReport, ScanResult, apply_build_scan
 from ligerkit.kit.core import scanned_by
 from ligerkit.kit.custom import CustomPatches
+from ligerkit.kit.fallback import FallbackBuilder
 from ligerkit.kit.official import Modules
 from ligerkit.naming import LOSS_MODULES
 
@@ -103,6 +104,7 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
     compile: bool = False,
+    fallback: FallbackBuilder | None = None,
     **model_kwargs: Any,
 ) -> nn.Module:
     """Apply Liger, build the model, scan it, and return it with ``model.ligerkit`` attached.
@@ -113,8 +115,9 @@ def load_model(
         model_class: the class to build (default: the causal-LM class for the config, else the
             image-text-to-text class, else the base model).
         kit: an existing kit to apply on (a composite model applies twice); a new one by default.
-        model_family, modules, excluded_modules, custom_patches: as :meth:`LigerKernelKit.apply`
-            (the family defaults to the config's ``model_type``).
+        model_family, modules, excluded_modules, custom_patches, fallback: as :meth:`LigerKernelKit.apply`
+            (the family defaults to the config's ``model_type``; ``fallback=ligerkit.suggest.proven_map``
+            applies ligerkit's proven map when the family's Liger helper fails).
         weights: load the folder's weights (default: when the folder holds them) or build from the
             config with random initialization.
         dtype, device: where the model lives; ``model_kwargs`` go to ``from_pretrained``.
@@ -154,7 +157,7 @@ def load_model(
                       excluded_modules=excluded_modules, config=config, compile=compile)
         else:
             kit.apply(model_family=model_family or config.model_type, modules=modules,
-                      excluded_modules=excluded_modules, compile=compile)
+                      excluded_modules=excluded_modules, compile=compile, fallback=fallback)
         return _build(model_class or model_class_for(config), config, path if load_weights else None,
                       dtype, model_kwargs)
 

@@ -14,8 +14,8 @@ originals on revert. ``scan`` leaves a guard that refuses such a mix, and anythi
 the kit's swaps or turned Liger's loss kernel on behind its back, at the model's first forward.
 
 Several ``apply`` calls on one kit (official for a known LLM, then a custom map for a novel
-encoder) form the composite route: one ledger, one aggregated ``kit.report``. ``kit.verify`` is an
-alias of ``kit.scan``, its name before the rename.
+encoder) form the composite route: one ledger, one aggregated ``kit.report``. ``fallback=`` stands in
+for a failing family helper (``ligerkit.kit.fallback``).
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ import torch
 from torch import nn
 
 from ligerkit.compile.table import left_to_inductor
-from ligerkit.environment import environment_gaps
-from ligerkit.errors import FamilyResolutionError, InvalidOptionError
+from ligerkit.environment import environment_gaps, warn_if_untested
+from ligerkit.errors import FamilyResolutionError, HelperFailedError, InvalidOptionError
 from ligerkit.hf import family_of, load_config
 from ligerkit.kit import arguments
 from ligerkit.kit.compile_mode import leave_custom_to_inductor, route_kernels
 from ligerkit.kit.custom import CustomPatches, apply_custom
+from ligerkit.kit.fallback import FallbackBuilder, stand_in
 from ligerkit.kit.families import get_family
 from ligerkit.kit.guard import FirstForwardGuard, reverted_error
 from ligerkit.kit.ledger import Entry, Ledger
@@ -47,7 +48,6 @@ from ligerkit.kit.report import ROUTE_CUSTOM, Application, LigerKernelReport
 from ligerkit.kit.scan import ScanResult, scan_model
 from ligerkit.naming import LOSS_MODULES
 from ligerkit.kit.snapshot import PROCESS_WIDE_MODULES, Snapshot, Table, import_all, owners_of
-
 
 log = logging.getLogger("ligerkit.kit")
 _SCANNED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, ScanResult]] = weakref.WeakKeyDictionary()
@@ -84,6 +84,7 @@ class LigerKernelKit:
         skip_probe: Collection[str] = (),
         compile: bool = False,
         in_place_proven: Collection[str] = (),
+        fallback: FallbackBuilder | None = None,
     ) -> LigerKernelReport:
         """Patch before the model is built and return the measured report of this call.
 
@@ -115,10 +116,14 @@ class LigerKernelKit:
                 through ``ligerkit.compile`` operators (no graph breaks, nothing written in place), and
                 a module Inductor ran faster on the H200 (``ligerkit/compile/inductor_table.json``) is
                 left off unless named in ``modules``; the report says which.
+            fallback: official route: when the family's helper fails (``HelperFailedError``), the map
+                ``fallback(family, error)`` gives (``ligerkit.suggest.proven_map``) is applied through the custom
+                route instead and reported (``fallback_from``; ``ligerkit.kit.fallback``). ``None``: raised.
 
         Raises:
             LigerKitError: a subclass per problem, with what to do in its message.
         """
+        warn_if_untested()  # once per process, where the kit first applies: a stack outside the tested ones
         excluded = arguments.names("excluded_modules", excluded_modules)
         path, model_family = arguments.local_path(model_name_or_path), arguments.family(model_family)
         strict, probe = arguments.flag("strict", strict), arguments.flag("probe", probe)
@@ -127,6 +132,8 @@ class LigerKernelKit:
         proven = arguments.skip_list(in_place_proven, "in_place_proven")
         arguments.official_only(custom_patches is not None, config, probe, skip, modules, proven)
         compile = arguments.flag("compile", compile)
+        if fallback is not None and (custom_patches is not None or not callable(fallback)):
+            raise InvalidOptionError("fallback= takes a map builder (ligerkit.suggest.proven_map), official route only")
         wins = left_to_inductor() if compile else {}
         keep, apps = len(self._ledger.entries), len(self._applications)
         try:  # until the report is returned, anything raised (KeyboardInterrupt included) undoes it all
@@ -137,7 +144,13 @@ class LigerKernelKit:
             else:
                 family = get_family(self._family_name(path, model_family, trust_remote_code))
                 already_on = self._turned_on(family.helper_name)
-                app = apply_official(family, modules, excluded, self._ledger, already_on, strict, wins)
+                try:
+                    app = apply_official(family, modules, excluded, self._ledger, already_on, strict, wins)
+                except HelperFailedError as exc:  # the helper's own swaps are already undone
+                    if fallback is None:
+                        raise
+                    app = stand_in(fallback, family, exc, modules, excluded, strict, lambda label, patches, cfg:
+                                   self._apply_custom(label, patches, excluded, cfg, True, (), wins))
             if compile:
                 app = route_kernels(app, self._ledger)
             self._applications.append(app)
@@ -173,10 +186,8 @@ class LigerKernelKit:
         if model_family:
             return model_family
         if model_name_or_path is None:
-            raise FamilyResolutionError(
-                "apply() needs model_family=, model_name_or_path= (a local directory with a "
-                "config.json), or custom_patches=."
-            )
+            raise FamilyResolutionError("apply() needs model_family=, model_name_or_path= (a local directory with a "
+                                        "config.json), or custom_patches=.")
         return family_of(model_name_or_path, trust)
 
     def _turned_on(self, helper: str) -> frozenset[str]:
@@ -197,10 +208,9 @@ class LigerKernelKit:
     def revert(self) -> None:
         """Restore every original object by identity, newest first (any order across kits).
 
-        Call it when the models built under the kit are no longer used: a model keeps the classes it
-        was built with, so using it after a revert mixes Liger and original code (its guard refuses).
-        Interrupted half-way (``KeyboardInterrupt``), it is finished by calling it again.
-        """
+        Call it when the models built under the kit are no longer used: a model keeps the classes it was
+        built with, so using it after a revert mixes Liger and original code (its guard refuses).
+        Interrupted half-way (``KeyboardInterrupt``), it is finished by calling it again."""
         try:
             self._ledger.revert(done=self._reverted)
         finally:
@@ -208,10 +218,8 @@ class LigerKernelKit:
 
     @contextmanager
     def applied(self, *args: Any, **kwargs: Any) -> Iterator[LigerKernelReport]:
-        """``with kit.applied(...) as report:`` patches for the block, reverts on exit.
-
-        Build *and* use the model inside the block: leaving it reverts the swaps.
-        """
+        """``with kit.applied(...) as report:`` patches for the block, reverts on exit. Build *and* use
+        the model inside the block: leaving it reverts the swaps."""
         with self._undone_after(always=True):
             yield self.apply(*args, **kwargs)
 
@@ -249,10 +257,8 @@ class LigerKernelKit:
         kit changed its swaps or bound Liger's loss forward to the model in between.
         """
         if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
-            raise InvalidOptionError(
-                f"scan() takes the built model (an eager torch.nn.Module), got {type(model).__name__}: build the "
-                "model after apply(), then pass it to scan() before any scripting or wrapping."
-            )
+            raise InvalidOptionError(f"scan() takes the built model (an eager torch.nn.Module), got {type(model).__name__}: "
+                                     "build the model after apply(), then pass it to scan() before any scripting or wrapping.")
         stale = self._stale_swaps(model)
         if stale:
             raise reverted_error(stale)

@@ -32,9 +32,7 @@ from ligerkit.errors import (
 from ligerkit.kit.ledger import Entry, Ledger
 from ligerkit.kit.report import ROUTE_CUSTOM, Application, Swap
 from ligerkit.kit.snapshot import Snapshot, owners_of, scope_of
-from ligerkit.kit.swap_checks import probe_patches
 from ligerkit.naming import qualified_name
-from ligerkit.probe.training_form import form_note
 
 
 @dataclass(frozen=True)
@@ -199,6 +197,9 @@ def apply_custom(
             continue
         targets[key] = item
         todo.append(item)
+
+    from ligerkit.kit.swap_checks import probe_patches  # the probes load only when a kit applies
+    from ligerkit.probe.training_form import form_note
 
     probed, unprobed, unproven = probe_patches(todo, config, probe, skip_probe, in_place_proven)
     home = {i.patch.module for i in resolved}

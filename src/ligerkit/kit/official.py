@@ -31,7 +31,6 @@ from ligerkit.errors import (
 )
 from ligerkit.kit.families import Family, known_module_names
 from ligerkit.kit.ledger import Ledger, live_layers
-from ligerkit.kit.official_probe import OfficialFindings, probe_official
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
 from ligerkit.naming import MISSING
 from ligerkit.kit.snapshot import (
@@ -44,8 +43,6 @@ from ligerkit.kit.snapshot import (
     owners_of,
     scope_of,
 )
-from ligerkit.kit.swap_checks import aliasing_of, swap_problem
-from ligerkit.probe.training_form import form_note
 
 UNCONDITIONAL = "(unconditional)"
 
@@ -125,6 +122,8 @@ class _Route:
         self.home_tables = [t for t in tables if scope_of(t, self.home, self.held_by) == "family"]
         self.patched: list[Swap] = []
         self.left_off: dict[str, str] = {}
+        from ligerkit.kit.official_probe import OfficialFindings  # the probes load only when a kit applies
+
         self.findings = OfficialFindings()
 
     def run(self, name: str, flags: dict[str, bool], explicit: bool) -> int:
@@ -141,6 +140,8 @@ class _Route:
             snap.undo()
             self.ledger.check_no_conflict(changes)
             if name != UNCONDITIONAL and changes:
+                from ligerkit.kit.swap_checks import swap_problem
+
                 problem = swap_problem(changes, self.home_tables, self.home)
                 if problem is not None:
                     if explicit:
@@ -157,7 +158,9 @@ class _Route:
                 raise HelperFailedError(
                     f"Liger's helper {self.family.helper_name}({name}) failed: {type(exc).__name__}: {exc}. "
                     f"This is usually a liger-kernel / transformers version mismatch ({environment_summary()}); "
-                    "install the tested versions or turn that module off."
+                    "install the tested versions or turn that module off, or have ligerkit apply its own proven "
+                    "map of the family instead: kit.apply(..., fallback=ligerkit.suggest.proven_map), "
+                    "model.liger_kernel.fallback: custom in a recipe config, ligerkit plan --fallback custom."
                 ) from exc
             raise
         return len(changes)
@@ -165,6 +168,9 @@ class _Route:
     def _probe(self, name: str, changes: list) -> None:
         """Compare each swap with its source and note in-place writes the whole model could not check
         (reported, not refused: the choice is Liger's)."""
+        from ligerkit.kit.official_probe import probe_official
+        from ligerkit.kit.swap_checks import aliasing_of
+
         in_place = {}
         for change in changes:
             result = aliasing_of(change.before, change.after) if change.before is not MISSING else None
@@ -264,5 +270,7 @@ def _notes(dropped: list[str], already_on: frozenset[str], effective: dict[str, 
         )
     if any(s.shared for s in patched):
         notes.append("some swaps were already made by another kit: both kits hold them, either may revert first")
+    from ligerkit.probe.training_form import form_note
+
     return [*notes, *filter(None, [form_note()])]
 

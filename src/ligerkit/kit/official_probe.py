@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ligerkit.kit.snapshot import Change, owner_label
-from ligerkit.naming import MISSING, qualified_name
+from ligerkit.naming import MISSING, qualified_name, stands_for
 from ligerkit.probe import reference as R
 from ligerkit.probe import runnable
 from ligerkit.probe.catalog import Replacement, lookup
@@ -113,7 +113,8 @@ def probe_official(name: str, changes: list[Change], in_place: dict[int, Any]) -
     to its whole-model in-place verdict (``AliasingResult``), where the replacement writes in place."""
     found = OfficialFindings()
     for change in changes:
-        if change.before is MISSING or not (inspect.isclass(change.before) or inspect.isroutine(change.before)):
+        source = stands_for(change.before)  # a hub-kernel wrapper is probed as the function it calls
+        if change.before is MISSING or not (inspect.isclass(source) or inspect.isroutine(source)):
             continue
         where = ".".join(owner_label(change.owner, change.attr))
         label = f"{name}: {where} -> {qualified_name(change.after)}"

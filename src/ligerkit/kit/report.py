@@ -69,6 +69,7 @@ class Application:
     compile: bool = False  # applied for a compiled model (``apply(..., compile=True)``)
     compile_routes: tuple[Swap, ...] = ()  # names in Liger's modules rebound to ligerkit.compile.ops
     compile_inline: tuple[str, ...] = ()  # Liger replacements with no compile-mode operator
+    fallback_from: str | None = None  # a custom map applied because this family's official helper failed: its error
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -90,6 +91,7 @@ class Application:
             "differences": list(self.differences),
             "unproven": list(self.unproven),
             "left_off": dict(self.left_off),
+            "fallback_from": self.fallback_from,
         }
 
 
@@ -188,6 +190,11 @@ class LigerKernelReport:
         """Liger replacements with no compile-mode operator (``torch.compile`` traces into them)."""
         return tuple(dict.fromkeys(x for a in self.applications for x in a.compile_inline))
 
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """Families whose official helper failed and got ligerkit's proven map instead, with the error."""
+        return {a.family or "(unnamed)": a.fallback_from for a in self.applications if a.fallback_from}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form (``json.dumps(report.to_dict())`` works)."""
         return {
@@ -207,6 +214,7 @@ class LigerKernelReport:
             "compile_inline": list(self.compile_inline),
             "applications": [a.to_dict() for a in self.applications],
             "environment_gaps": list(self.environment_gaps),
+            "fallbacks": self.fallbacks,
         }
 
     def __str__(self) -> str:
@@ -227,6 +235,10 @@ def render_report(report: LigerKernelReport, console: Any) -> None:
     for app in report.applications:
         how = f"helper {app.helper}" if app.helper else "custom_patches map"
         console.print(f"  - {app.route} {app.family or '(unnamed)'}: {how}")
+        if app.fallback_from:
+            console.print(f"    FALLBACK: Liger's official helper failed ({app.fallback_from}); applied instead: "
+                          "ligerkit's proven map for the family, through the custom route", markup=False,
+                          soft_wrap=True)
         for note in app.notes:
             console.print(f"    note: {note}", markup=False, soft_wrap=True)
         for name, why in app.left_off.items():

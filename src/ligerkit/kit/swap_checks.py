@@ -32,7 +32,7 @@ from ligerkit.errors import (
     UnreachableSwapError,
 )
 from ligerkit.kit.snapshot import Change, Table, owner_label
-from ligerkit.naming import MISSING, qualified_name
+from ligerkit.naming import MISSING, qualified_name, stands_for
 from ligerkit.probe.aliasing import BACKWARD, FORWARD_AND_BACKWARD, AliasingResult, in_place_hazard
 from ligerkit.probe import runnable
 from ligerkit.probe.catalog import CATALOG, lookup, twin
@@ -51,8 +51,8 @@ def unreached(changes: Sequence[Change], home_tables: Iterable[Table], home: Seq
     name, that holds the original: the model builds from it, and the swap never reaches it.
     """
     changed = {(id(c.owner), c.attr) for c in changes}
-    originals = [c.before for c in changes if c.before is not MISSING and (inspect.isclass(c.before)
-                                                                         or inspect.isroutine(c.before))]
+    originals = [c.before for c in changes if c.before is not MISSING
+                 and (inspect.isclass(c.before) or inspect.isroutine(stands_for(c.before)))]
     found = []
     namespaces: list[tuple[object, Iterable[tuple[object, object]]]] = [
         (t, t.items().items()) for t in home_tables]

@@ -213,13 +213,17 @@ def in_place_hazard(source: object, module: types.ModuleType, config: Any = None
     key also holds ``replacement``, the sources and the versions).
     """
     device, form = device or current_device(), current_form()
+    bound = verdict_cache.bindings_now(module)  # what the module binds now is part of the model checked
     key = (id(source), module.__name__, config_fingerprint(config) if config is not None else "", writes, str(device),
-           form.key if form else "")
+           form.key if form else "", bound)
     if key not in _CACHE:
-        _CACHE[key] = verdict_cache.cached(
+        result = verdict_cache.cached(
             "in-place", lambda: _disk_key(source, module, config, writes, str(device), replacement),
             lambda: _detect(source, module, config, device), _dump, functools.partial(_load, qualified_name(source)),
             keep=lambda r: "MemoryError" not in r.reason and "out of memory" not in r.reason)  # a lack, not a verdict
+        if bound is None:
+            return result
+        _CACHE[key] = result
     return _CACHE[key]
 
 

@@ -131,14 +131,18 @@ def call_sites(source: object, entry: Replacement, module: types.ModuleType, con
     from ligerkit.probe.aliasing import current_device
 
     device = device or current_device()
+    bound = verdict_cache.bindings_now(module)  # another swap made there changes the model the calls come from
     key = (id(source), id(entry.obj), module.__name__, config_fingerprint(config) if config is not None else "",
-           str(device))
+           str(device), bound)
     if key not in _CACHE:
-        _CACHE[key] = verdict_cache.cached(
+        result = verdict_cache.cached(
             "calls", lambda: _disk_key(source, entry, module, config, str(device)),
             lambda: _compute(source, entry, module, config, str(device), together), _dump,
             functools.partial(_load, qualified_name(source), entry.name),
             keep=lambda r: "MemoryError" not in r.reason and "out of memory" not in r.reason)
+        if bound is None:
+            return result
+        _CACHE[key] = result
     return _CACHE[key]
 
 

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.naming import qualified_name
+from ligerkit.naming import qualified_name, stands_for
+from ligerkit.probe import verdict_cache
 from ligerkit.probe.call_text import bound_call, describe, instance_state, site_of
 from ligerkit.probe.runnable import NeverUsed, Unrunnable, no_class_caches, runnable_model
 from ligerkit.probe.top_model import config_fingerprint
@@ -125,7 +126,7 @@ class _Recorder:
     def record(self, symbol: object, site: str, args: tuple, kwargs: dict, instance: nn.Module | None) -> None:
         target = instance.forward if instance is not None else symbol
         try:
-            signature = inspect.signature(target)
+            signature = inspect.signature(stands_for(target))
         except (TypeError, ValueError):
             signature = None
         named = bound_call(signature, args, kwargs)
@@ -238,13 +239,12 @@ def recording(module: types.ModuleType, symbols: Sequence[object], made: weakref
             if id(type(m)) in classes and type(m) is classes[id(type(m))]:
                 handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
         stack.callback(lambda: [h.remove() for h in handles])
-        functions = [s for s in symbols if not isinstance(s, type) and callable(s)]
-        stack.enter_context(_watch_functions(recorder, module, functions, called))
+        stack.enter_context(_watch_functions(recorder, module, [s for s in symbols if not isinstance(s, type)
+                                                                and callable(s)], called))
         yield recorder, called
 
 
 # --- the recordings of a process -------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Unseen:
     """Why a symbol has no recorded calls: it was never called, or the whole model did not run."""
@@ -253,16 +253,16 @@ class Unseen:
     reason: str
 
 
-_RECORDINGS: dict[tuple[str, int, str, str], dict[int, Recording | Unseen]] = {}
+_RECORDINGS: dict[tuple[str, int, str, str, str], dict[int, Recording | Unseen]] = {}  # per model run
 
 
 def recorded_calls(source: object, module: types.ModuleType, config: Any = None, device: str = "cpu",
                    together: Sequence[object] = ()) -> Recording | Unseen:
-    """Every call ``module``'s whole model makes of ``source`` (a class or a function of the module),
-    from one run of it (:func:`~ligerkit.probe.runnable.runnable_model`, built from ``config``, else
-    the module's own); the calls of ``together`` are recorded in the same run, for later asks. Kept
-    for the process."""
-    key = (module.__name__, id(module), config_fingerprint(config) if config is not None else "", str(device))
+    """Every call ``module``'s whole model makes of ``source`` (a class or a function of the module), from
+    one run of it (:func:`~ligerkit.probe.runnable.runnable_model`, from ``config``, else the module's own);
+    ``together``'s calls are recorded in the same run. Kept per process and what the module binds now."""
+    key = (module.__name__, id(module), config_fingerprint(config) if config is not None else "", str(device),
+           verdict_cache.bindings_now(module) or "")
     if len(_RECORDINGS) > 16 and key not in _RECORDINGS:
         _RECORDINGS.clear()
     kept = _RECORDINGS.setdefault(key, {})

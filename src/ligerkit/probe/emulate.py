@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ligerkit.naming import stands_for
+
 
 class GradIntoGradOutput(torch.autograd.Function):
     """``fn(x)`` whose backward may write dX into the incoming dY, as Liger's RMSNorm does."""
@@ -85,6 +87,7 @@ def emulated_module_forward(module: nn.Module, forward: Callable[..., Any], in_p
 
 def emulated_rotary(fn: Callable[..., Any], in_place: bool, *args: Any, **kwargs: Any) -> Any:
     """A rotary function's own math with Liger's writes (into q/k, and dq/dk) when ``in_place``."""
+    fn = stands_for(fn)  # a hub-kernel wrapper: the function it calls
     bound = inspect.signature(fn).bind(*args, **kwargs)
     q_name, k_name = list(bound.signature.parameters)[:2]
     q, k = bound.arguments[q_name], bound.arguments[k_name]

@@ -24,6 +24,7 @@ from torch import nn
 from ligerkit.hf import SMALL_DIMS
 from ligerkit.naming import qualified_name
 from ligerkit.probe import verdict_cache
+from ligerkit.probe.part_config import constructed_config
 from ligerkit.probe.catalog import Replacement, by_kind
 from ligerkit.probe.compare import (
     MATCH,
@@ -90,12 +91,26 @@ def _init(source: nn.Module, candidate: nn.Module) -> list[str]:
     return reasons
 
 
+def _built_source(cls: type, config: Any) -> tuple[tuple, dict, nn.Module]:
+    """``cls`` built the way the model builds it: from ``config``, or, where ``config`` is a composite
+    model's and does not build it, from the part config the whole model constructs it with
+    (:func:`ligerkit.probe.part_config.constructed_config`: a VLM gives its text MLP the text config)."""
+    args, kwargs = _call_plan(cls, config)
+    try:
+        return args, kwargs, _build(cls, args, kwargs, torch.float32)
+    except Exception:
+        part = constructed_config(cls, config) if args and args[0] is config else None
+        if part is None:
+            raise
+    args = (part, *args[1:])
+    return args, kwargs, _build(cls, args, kwargs, torch.float32)
+
+
 def probe_class(source_cls: type, replacement: Replacement, config: Any = None) -> ProbeResult:
     """Probe a module class against one catalog replacement."""
     src_name = qualified_name(source_cls)
     try:
-        args, kwargs = _call_plan(source_cls, config)
-        source = _build(source_cls, args, kwargs, torch.float32)
+        args, kwargs, source = _built_source(source_cls, config)
     except Unprobeable as exc:
         return ProbeResult(src_name, replacement.name, UNPROBED, (str(exc),))
     except Exception as exc:

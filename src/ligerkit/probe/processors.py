@@ -46,8 +46,10 @@ def processor_classes(config: Any, model: nn.Module) -> list[type]:
 
 
 def parent_families(module_name: str) -> list[str]:
-    """The families a generated modeling module derives from, in the order its ``modular_*`` source beside
-    it imports them (``from ..qwen3_vl.modeling_qwen3_vl import ...``); read as text, never imported."""
+    """The families a generated modeling module derives from, as its ``modular_*`` source beside it imports
+    them (``from ..qwen3_vl.modeling_qwen3_vl import ...``): those whose configurations it builds on first, in
+    import order, then those it only borrows code from (transformers 5.25's qwen3_vl_moe takes its output
+    classes from aria); read as text, never imported."""
     import importlib.util
     import re
     from pathlib import Path
@@ -61,7 +63,9 @@ def parent_families(module_name: str) -> list[str]:
         text = source.read_text()
     except OSError:
         return []
-    return list(dict.fromkeys(m for m in re.findall(r"^from \.\.(\w+)\.", text, re.M) if m != here.name))
+    imports = re.findall(r"^from \.\.(\w+)\.(\w+)", text, re.M)
+    configs = [family for family, module in imports if module.startswith("configuration_")]
+    return list(dict.fromkeys(m for m in [*configs, *(family for family, _ in imports)] if m != here.name))
 
 
 def processed_images(config: Any, model: nn.Module, size: int, batch: int, accepted: set[str],

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ligerkit.naming import stands_for
 from ligerkit.probe.call_text import bound_call, describe, is_plain
 from ligerkit.probe.calls import Signature
 from ligerkit.probe.catalog import Replacement
@@ -217,6 +218,7 @@ def _instance_standout(cls: type, sig: Signature) -> str:
 def _standout(fn: Any, sig: Signature) -> str:
     """What sets a call apart: the arguments it passes with a value other than their default, else
     its tensors' layouts."""
+    fn = stands_for(fn)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):

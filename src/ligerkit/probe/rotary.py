@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ligerkit.hf import SMALL_DIMS
-from ligerkit.naming import qualified_name
+from ligerkit.naming import qualified_name, stands_for
 from ligerkit.probe.catalog import Replacement
 from ligerkit.probe.compare import MATCH, MISMATCH, UNPROBED, ProbeResult, close
 from ligerkit.probe.kernel import kernel_available, kernel_check_call
@@ -53,7 +53,7 @@ def probe_function(fn: Callable[..., Any], replacement: Replacement, config: Any
                    module: types.ModuleType | None = None) -> ProbeResult:
     """Probe a rotary function against one catalog replacement."""
     src_name = qualified_name(fn)
-    src_params = inspect.signature(fn).parameters
+    src_params = inspect.signature(stands_for(fn)).parameters
     cand_params = inspect.signature(replacement.obj).parameters
     required = [n for n, p in src_params.items() if p.default is inspect.Parameter.empty]
     unknown = [n for n in src_params if n not in cand_params]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ligerkit.probe import verdict_cache
 from ligerkit.probe.inputs import BATCH, input_candidates
 from ligerkit.probe.top_model import (base_config, config_fingerprint, make_model, meta_build_error, meta_model,
                                       top_model_class)
@@ -210,13 +211,14 @@ class _Lazy:
             i += 1
 
 
-_TRIALS: dict[tuple[str, str, bool], _Lazy] = {}
+_TRIALS: dict[tuple[str, str, bool, str], _Lazy] = {}
 
 
 def _trials(top: type, base: Any, given: bool) -> _Lazy:
     """The shrunk configs for ``top`` (:func:`ligerkit.shrink.iter_whole_model_configs`), made once per
     class and config (the in-place check asks once per symbol)."""
-    key = (f"{top.__module__}.{top.__qualname__}", config_fingerprint(base), given)
+    key = (f"{top.__module__}.{top.__qualname__}", config_fingerprint(base), given,
+           verdict_cache.bindings_now(sys.modules[top.__module__]) or "")  # what builds depends on what it binds
     if key not in _TRIALS:
         if len(_TRIALS) > 32:
             _TRIALS.clear()

@@ -10,6 +10,8 @@ import types
 
 from torch import nn
 
+from ligerkit.naming import stands_for
+
 __all__ = ["discover"]
 
 _NORM = re.compile(r"Norm$")
@@ -18,7 +20,8 @@ _ROPE = re.compile(r"^apply_(multimodal_)?rotary_pos_emb$")
 
 
 def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
-    """Candidate symbols: norms and MLPs by name or behaviour, rotary functions by name."""
+    """Candidate symbols: norms and MLPs by name or behaviour, rotary functions by name (a hub-kernel
+    wrapper of one as its binding, :func:`~ligerkit.naming.stands_for`)."""
     found = []
     for name, obj in vars(module).items():
         if isinstance(obj, type) and obj.__module__ == module.__name__ and issubclass(obj, nn.Module):
@@ -28,6 +31,7 @@ def discover(module: types.ModuleType) -> list[tuple[str, object, str]]:
                 found.append((name, obj, "norm"))
             elif _MLP.search(name):
                 found.append((name, obj, "mlp"))
-        elif inspect.isfunction(obj) and obj.__module__ == module.__name__ and _ROPE.match(name):
+        elif (inspect.isfunction(fn := stands_for(obj)) and fn.__module__ == module.__name__
+              and _ROPE.match(name)):
             found.append((name, obj, "rope"))
     return found

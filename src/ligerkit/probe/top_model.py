@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ligerkit.hf import config_class_for, config_class_of, quiet_transformers, small_config
+from ligerkit.hf import build_model, config_class_for, config_class_of, quiet_transformers, small_config
 from ligerkit.shrink import iter_whole_model_configs
 
 
@@ -61,12 +61,8 @@ def _takes_config(cls: type) -> bool:
 
 
 def make_model(cls: type, config: Any) -> nn.Module:
-    """``cls`` built from ``config`` in float32, quietly (``_from_config`` for a transformers model)."""
-    with warnings.catch_warnings(), quiet_transformers():
-        warnings.simplefilter("ignore")
-        if hasattr(cls, "_from_config") and hasattr(cls, "config_class"):
-            return cls._from_config(config, dtype=torch.float32)
-        return cls(config).float()
+    """``cls`` built from ``config`` in float32, quietly (:func:`ligerkit.hf.build_model`)."""
+    return build_model(config, cls, dtype=torch.float32, quiet=True)
 
 
 def meta_model(cls: type, config: Any) -> nn.Module | None:

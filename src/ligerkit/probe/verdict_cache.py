@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from ligerkit.cache_files import CACHE_ENV  # noqa: F401 (re-exported)
 from ligerkit.cache_files import cache_root, prune, touch, write_json_atomically
 from ligerkit.environment import installed_version
-from ligerkit.naming import qualified_name
+from ligerkit.naming import qualified_name, stands_for
 
 SWITCH_ENV = "LIGERKIT_VERDICT_CACHE"  # "off" (or 0, false, no) turns the verdict cache off
 FORMAT = 1
@@ -125,7 +125,8 @@ def file_hash(path: str | os.PathLike[str] | None) -> str:
 
 def describe(obj: object) -> str:
     """A class, function or partial as stable text: its dotted name, where its code starts, and a
-    partial's arguments."""
+    partial's arguments (a hub-kernel wrapper as the function it stands for)."""
+    obj = stands_for(obj)
     if isinstance(obj, functools.partial):
         return f"partial({describe(obj.func)}, {obj.args!r}, {sorted(obj.keywords.items())!r})"
     code = getattr(inspect.unwrap(obj) if callable(obj) else obj, "__code__", None)
@@ -136,16 +137,17 @@ def describe(obj: object) -> str:
 def symbol(obj: object) -> dict[str, str]:
     """A class or function as a key: its description and the hash of the file that defines it.
     :class:`Uncacheable` unless importing its module and following its name gives the object back."""
-    target = obj.func if isinstance(obj, functools.partial) else obj
+    target = stands_for(obj.func if isinstance(obj, functools.partial) else obj)
     found: Any = sys.modules.get(getattr(target, "__module__", None) or "")
     for part in (getattr(target, "__qualname__", None) or "<none>").split("."):
         found = getattr(found, part, None)
-    if found is not target or found is None:
+    if found is None or stands_for(found) is not target:
         raise Uncacheable(f"{qualified_name(obj)} cannot be found again by its name")
     return {"name": describe(obj), "file": file_hash(getattr(sys.modules[target.__module__], "__file__", None))}
 
 
 def _binding(value: object) -> str | None:
+    value = stands_for(value)
     if inspect.isclass(value) or inspect.isroutine(value) or isinstance(value, functools.partial):
         return describe(value)
     if isinstance(value, tuple) and value and inspect.isclass(value[0]):  # a table's (class, kwargs) entry
@@ -173,6 +175,16 @@ def module_state(module: Any) -> dict[str, str]:
         raise Uncacheable(f"{module.__name__} binds an object known only by its address")
     return {"name": module.__name__, "file": file_hash(getattr(module, "__file__", None)),
             "bindings": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def bindings_now(module: Any) -> str | None:
+    """The hash of what ``module`` binds now (:func:`module_state`), for a key kept in the process: a
+    verdict taken while another swap was made there is not the verdict once it is undone. ``None`` when
+    the module binds an object known only by its address (such a verdict is not kept)."""
+    try:
+        return module_state(module)["bindings"]
+    except Uncacheable:
+        return None
 
 
 def config_key(config: Any) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from ligerkit.loss import valid_tokens
 from ligerkit.probe.tolerance import relative_error
 from ligerkit.proof.grads import gradients
 from ligerkit.train.recipe.adapters import perturb_zero_adapters
-from ligerkit.train.compile import compile_layers, reset_compiled
+from ligerkit.compile.layers import compile_layers, reset_compiled
 from ligerkit.train.recipe.loading import load_engine
 from ligerkit.train.models import resolve_dtype
 from ligerkit.train.recipe.engine import RecipeEngine
@@ -135,7 +135,7 @@ def recipe_loss(engine: RecipeEngine, device: torch.device, start: int = 0,
                 size: int | None = None) -> Callable[[torch.nn.Module], torch.Tensor]:
     """``loss(model)``: the engine's own configured loss on its samples ``start .. start + size`` (default
     ``train.micro_batch_size``), on ``device``, normalized by their valid tokens; with
-    ``train.recompute_glu_product`` or ``train.recompute_norm_output`` (and Liger on) those outputs are
+    ``train.memory.recompute_glu_product`` or ``train.memory.recompute_norm_output`` (and Liger on) those outputs are
     recomputed, as in training, each checked bit for bit against the forward's."""
     size = engine.config.train.micro_batch_size if size is None else size
     table = engine.recompute_table

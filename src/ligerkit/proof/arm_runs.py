@@ -52,7 +52,7 @@ def run_arm(config: str | Path, overrides: list[str], nproc: int = 1, env: dict[
 
     ``prelude`` is Python run in that process before the trainer starts (one process only): a
     benchmark applies Liger's own helper there, to compare it with the kit under the same trainer.
-    ``resume`` continues the run in that folder. A run that stops on purpose (``train.stop_after_steps``)
+    ``resume`` continues the run in that folder. A run that stops on purpose (``train.run.stop_after_steps``)
     exits non-zero and raises :class:`ArmFailedError` like any failure.
     """
     train = ["-m", "ligerkit", "train", str(config), "--json"]
@@ -105,7 +105,7 @@ def loss_gap(a: list[float], b: list[float]) -> float:
 def compare_liger(config: str | Path, steps: int, tolerance: float, warmup: int = 3,
                   env: dict[str, str] | None = None) -> dict[str, Any]:
     """Liger off vs on for one config: per-step loss gap, speed and memory ratios."""
-    base = [f"train.steps={steps}", "train.progress=false"]
+    base = [f"train.steps={steps}", "train.run.progress=false"]
     off = summarize(run_arm(config, [*base, "model.liger_kernel.enabled=false"], env=env), warmup)
     on = summarize(run_arm(config, [*base, "model.liger_kernel.enabled=true"], env=env), warmup)
     gap = loss_gap(off["losses"], on["losses"])

@@ -52,7 +52,7 @@ GradientsFn = Callable[[Sequence[str]], Mapping[str, GradErrors]]
 def arm_overrides(arm: str, overrides: Sequence[str], steps: int) -> list[str]:
     """One arm's ``--set`` lines: the user's, then the arm's and ``train.arm=<arm>`` (the arm wins,
     whatever ``train.arm`` the config sets), then the bench's own."""
-    return [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={steps}", "train.progress=false"]
+    return [*overrides, *ARMS[arm], f"train.arm={arm}", f"train.steps={steps}", "train.run.progress=false"]
 
 
 def check_arm_configs(config: Path, arms: Sequence[str], overrides: Sequence[str], steps: int) -> None:

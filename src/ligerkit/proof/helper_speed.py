@@ -28,7 +28,7 @@ def helper_prelude(family: str, flags: dict[str, bool]) -> str:
 def compare_kit_to_helper(config: str | Path, overrides: list[str], steps: int, warmup: int, repeats: int,
                           runner: Runner = run_arm) -> dict[str, Any]:
     """Eager once, then ``repeats`` alternating kit/direct pairs; losses, speeds and their ratios."""
-    base = [*overrides, f"train.steps={steps}", "train.progress=false"]
+    base = [*overrides, f"train.steps={steps}", "train.run.progress=false"]
     eager = summarize(runner(config, [*base, *LIGER_OFF]), warmup)
     kit_runs, direct_runs = [], []
     for _ in range(repeats):

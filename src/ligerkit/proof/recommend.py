@@ -160,10 +160,10 @@ def training_lines(train: TrainConfig) -> tuple[str, ...]:
                      f"target_modules: {targets}}}")
     if train.activation_checkpointing:
         lines.append("train.activation_checkpointing: true")
-    if train.recompute_glu_product:
-        lines.append("train.recompute_glu_product: true")
-    if train.recompute_norm_output:
-        lines.append("train.recompute_norm_output: true")
+    if train.memory.recompute_glu_product:
+        lines.append("train.memory.recompute_glu_product: true")
+    if train.memory.recompute_norm_output:
+        lines.append("train.memory.recompute_norm_output: true")
     return tuple(lines)
 
 

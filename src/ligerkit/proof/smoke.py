@@ -95,7 +95,7 @@ def smoke(config: Path, steps: int, overrides: list[str], runner: Runner, nproc:
     dtype = training_dtype(recipe.model.dtype)
     loss_tol, gn_tol = TOLERANCES[dtype]
     grads = gradients() if gradients is not None else None
-    base = [*overrides, f"train.steps={steps}", "train.progress=false"]
+    base = [*overrides, f"train.steps={steps}", "train.run.progress=false"]
     off = summarize(runner(config, [*base, "model.liger_kernel.enabled=false"], nproc=nproc), 0)
     on = summarize(runner(config, [*base, "model.liger_kernel.enabled=true"], nproc=nproc), 0)
     return SmokeResult(str(config), dtype, loss_tol, gn_tol, off, on, grads)
@@ -111,3 +111,23 @@ def write_outputs(result: SmokeResult, out: Path) -> list[Path]:
     record = out / "smoke.json"
     record.write_text(json.dumps(result.to_dict(), indent=2))
     return [record, save(smoke_figure(result), out / "smoke.png")]
+
+
+def read_record(path: Path) -> SmokeResult:
+    """A ``smoke.json`` read back into the :class:`SmokeResult` it records (its picture can then be drawn again
+    with today's :func:`ligerkit.proof.plots.smoke_figure`, on any machine). A record written before gradient
+    verdicts named their coverage reads without one (so its gradient verdict is PARTIAL, never a PASS it
+    cannot show)."""
+    from ligerkit.probe.tolerance import GradTolerance
+    from ligerkit.proof.grads import Coverage, TensorError
+
+    data = json.loads(Path(path).read_text())
+    grads, parity = data.get("gradients"), None
+    if grads:
+        cov = grads.get("coverage")
+        coverage = Coverage(cov["model"], cov["compared"], cov["total"], round(cov["share"] * 10**6), 10**6,
+                            tuple(cov.get("not_compared", ()))) if cov else None
+        parity = GradParity([TensorError(**t) for t in grads["tensors"]], dict(grads["losses"]),
+                            GradTolerance(**grads["tolerance"]), coverage, None, tuple(grads.get("resampled", ())))
+    return SmokeResult(data["config"], data["dtype"], data["loss_tolerance"], data["grad_norm_rtol"], data["off"],
+                       data["on"], parity)

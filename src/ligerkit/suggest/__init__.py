@@ -18,12 +18,13 @@ from ligerkit.probe.probe import MATCH, UNPROBED, ProbeResult, probe
 from ligerkit.probe.call_sites import DIFFERS, NEVER_CALLED, call_sites
 from ligerkit.probe.symbols import discover
 from ligerkit.suggest.construction import construction_problem
+from ligerkit.suggest.fallback import proven_map, proven_map_on
 from ligerkit.suggest.target import SuggestError, load_config, load_module
 from ligerkit.suggest.needs import check_config_keys
 from ligerkit.suggest.official import OfficialHelper, official_helper
 
 __all__ = ["Candidate", "OfficialHelper", "SuggestError", "Suggestion", "discover", "load_config", "load_module",
-           "suggest"]
+           "proven_map", "proven_map_on", "suggest"]
 
 _CONFIG_ATTR = re.compile(r"config\.(\w+)")
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 from ligerkit.errors import SuggestError
 from ligerkit.hf import config_class_for, config_class_of, small_config
 from ligerkit.probe.catalog import CATALOG
+from ligerkit.sizes import size_problem
 
 _CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
 _CONFIG_GETATTR = re.compile(r"getattr\(\s*(?:self\.)?config\s*,\s*[\"'](\w+)[\"']")
@@ -89,9 +90,11 @@ def load_config(spec: str | None, module: types.ModuleType, overrides: dict[str,
     """A small config: ``pkg.Class`` / ``pkg.module:Class``, a JSON file, or the module's own config class.
 
     A JSON file without ``model_type`` fills the module's own config class (:func:`config_class_for`);
-    ``overrides`` (and such JSON keys) the config class does not know are errors, with close matches.
+    ``overrides`` (and such JSON keys) the config class does not know are errors, with close matches, and so
+    is a size that is not a positive integer (``ligerkit.sizes``), before anything is built from it.
     """
     overrides = overrides or {}
+    _check_sizes(overrides, "--set {key}={value!r}")
     if spec is None:
         cls = config_class_for(module)
         if cls is None:
@@ -131,6 +134,7 @@ def _json_config(path: Path, module: types.ModuleType, overrides: dict[str, Any]
     if not isinstance(data, dict):
         raise SuggestError(f"--config {path} holds a JSON {type(data).__name__}; make it one object of config values, "
                            "e.g. {\"hidden_size\": 64}")
+    _check_sizes(data, f"--config {path}: {{key}}")
     if "model_type" in data:
         return _auto_config({**data, **overrides}, path, overrides)
     cls = config_class_for(module)
@@ -167,6 +171,16 @@ def _auto_config(data: dict[str, Any], path: Path, overrides: dict[str, Any]) ->
     except Exception as exc:
         raise SuggestError(f"--config {path}: transformers cannot make a config from it ({exc}); change the values "
                            "it names") from exc
+
+
+def _check_sizes(values: dict[str, Any], where: str) -> None:
+    """Refuse a size-like value that is not a positive integer (or a count past the bound), naming it as ``where``
+    (a format of ``key`` and ``value``) says: the same rule as a recipe config's ``model.config``."""
+    problems = [f"{where.format(key=key, value=value)}: {problem}" for key, value in values.items()
+                if (problem := size_problem(key, value)) is not None]
+    if problems:
+        raise SuggestError("; ".join(problems) + f"; fix {'the values' if len(problems) > 1 else 'the value'} (or "
+                           "leave the key out: suggest builds the config at small sizes of its own)")
 
 
 def _check_used(data: dict[str, Any], module: types.ModuleType, path: Path) -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 from ligerkit.train.run.folder import finite
+from ligerkit.train.run.storage import writing
 
 log = logging.getLogger("ligerkit.train")
 
@@ -89,7 +90,7 @@ class MetricsLog:
     def log(self, metrics: StepMetrics) -> None:
         """Record a step."""
         if self.path is not None:  # appended and flushed per step: a crash loses at most the step in flight
-            with self.path.open("a") as fh:
+            with writing(f"the metrics row of step {metrics.step}", self.path.parent), self.path.open("a") as fh:
                 fh.write(json.dumps(finite(metrics.to_dict()), allow_nan=False) + "\n")
                 fh.flush()
         last = metrics.step == self.total

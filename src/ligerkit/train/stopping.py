@@ -4,7 +4,7 @@ SIGINT and SIGTERM ask the trainer to finish the current step, save a checkpoint
 a second signal stops at once: it raises ``KeyboardInterrupt`` wherever the program is, and records
 itself (:func:`forced_stop`), because code it interrupts may wrap that interrupt in an error of its own
 (torch's distributed checkpoint turns it into a ``CheckpointException``); the command line exits 130
-(143 for SIGTERM) either way, never with a traceback. ``train.stop_after_steps`` stops the same way after that many steps of
+(143 for SIGTERM) either way, never with a traceback. ``train.run.stop_after_steps`` stops the same way after that many steps of
 this run (a time-boxed job). A non-finite loss or gradient norm stops the run without updating the
 weights (``ligerkit.train.update``: skipped on the device by a fused optimizer, or refused before it).
 """

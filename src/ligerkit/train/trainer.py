@@ -4,8 +4,8 @@ The loss is the recipe's own token-normalized loss (``train.loss``): cross entro
 (non-ignored) shifted tokens, divided by the count of valid tokens over the whole optimizer step
 (all micro-batches, all ranks). Every run writes its folder (``run_dir.py``), says what it does
 through the ``ligerkit`` logger (the Liger report before the first step, so a run that dies still
-said what it swapped), checkpoints every ``train.checkpoint_every`` steps, resumes exactly, and stops
-cleanly on SIGINT/SIGTERM, ``train.stop_after_steps`` or a non-finite number (``stopping.py``).
+said what it swapped), checkpoints every ``train.run.checkpoint_every`` steps, resumes exactly, and stops
+cleanly on SIGINT/SIGTERM, ``train.run.stop_after_steps`` or a non-finite number (``stopping.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import IO, Any
 import torch
 
 from ligerkit.errors import LigerKitError
-from ligerkit.train.run import checkpoint, resume, folder as run_dir
+from ligerkit.train.run import checkpoint, resume, status, storage, folder as run_dir
 from ligerkit.train.recipe.adapters import fingerprint_when_needed, training_line
 from ligerkit.train import distributed as D
 from ligerkit.train.distributed import pick_device, use_deterministic_algorithms
-from ligerkit.train.compile import compile_layers
+from ligerkit.compile.layers import compile_layers
 from ligerkit.train.config.compile_mode import COMPILED
 from ligerkit.train.flops import flops_per_token, peak_flops
 from ligerkit.train.metrics import MetricsLog, StepMetrics
@@ -73,8 +73,8 @@ class Trainer:
         try:
             if self.config.train.deterministic:
                 use_deterministic_algorithms()
-            with graceful_signals() as stop:
-                result = self._train(device, stop)
+            with graceful_signals() as stop, storage.writing("a file of the run", lambda: self.run):
+                result = self._train(device, stop)  # a full or read-only disk: a StorageError saying what to do
             clean = True
             return result
         finally:
@@ -96,9 +96,9 @@ class Trainer:
 
     def _open_run(self) -> Path:
         t = self.config.train
-        self._existed = resume.deepest_existing(Path(t.output_dir or Path(t.runs_dir) / self.config.name))
-        path, self._lock = resume.open_run(t.output_dir, t.runs_dir, self.config.name, self.resume, self.env,
-                                           self.resolved_config)
+        self._existed = resume.deepest_existing(Path(t.run.output_dir or Path(t.run.runs_dir) / self.config.name))
+        path, self._lock = resume.open_run(t.run.output_dir, t.run.runs_dir, self.config.name, self.resume, self.env,
+                                           self.resolved_config, getattr(self.engine, "overrides", ()))
         return path
 
     def _train(self, device: torch.device, stop: object) -> TrainResult:
@@ -138,31 +138,32 @@ class Trainer:
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
-        metrics_log = MetricsLog(self.run / METRICS_FILE if main else None, t.steps, t.progress and main,
-                                 self.config.name, t.log_every, done=start)
+        metrics_log = MetricsLog(self.run / METRICS_FILE if main else None, t.steps, t.run.progress and main,
+                                 self.config.name, t.run.log_every, done=start)
         result = TrainResult(report=report, scan=self.engine.scan, run_dir=self.run, first_step=start,
                              resume_seconds=self.resume_seconds)
-        peak = peak_flops(device, t.peak_tflops)
-        self._stepped = True  # from here a failure keeps the folder: it says which step failed
-        try:
-            for step in range(start, t.steps):
-                metrics = self._timed_step(step, step_module, optimizer, data, device, flops, peak)
-                result.steps.append(metrics)
-                metrics_log.log(metrics)
-                self._after_step(step, start, step_module, optimizer, device, stop)
-        finally:
-            metrics_log.close()
-            if main:
-                run_dir.plot_losses(self.run)
+        peak = peak_flops(device, t.run.peak_tflops)
+        self._stepped, ended = True, False  # from here a failure keeps the folder: it says which step failed
+        with status.recorded(self.run if main else None, start, t.steps, lambda: start + len(result.steps)):
+            try:
+                for step in range(start, t.steps):
+                    metrics = self._timed_step(step, step_module, optimizer, data, device, flops, peak)
+                    result.steps.append(metrics)
+                    metrics_log.log(metrics)
+                    self._after_step(step, start, step_module, optimizer, device, stop)
+                ended = True
+            finally:
+                metrics_log.close()
+                if main:  # a full disk at the plot is an error only when nothing else went wrong
+                    run_dir.plot_losses(self.run, self.config.name, strict=ended)
         if main:
             earlier = run_dir.metrics_rows(self.run, through=start) if start else []
-            run_dir.write_json(self.run / "summary.json", result.summary(t.summary_warmup_steps, earlier))
-            log.info("%s", result.summary_line(t.summary_warmup_steps))
+            run_dir.write_json(self.run / "summary.json", result.summary(t.run.summary_warmup_steps, earlier))
+            log.info("%s", result.summary_line(t.run.summary_warmup_steps))
         return result
 
     def _resume_from(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-        """Load the newest intact checkpoint when resuming (every file checked first); drop the metrics rows
-        after it."""
+        """Load the newest intact checkpoint when resuming (every file checked first); its metrics rows, none after."""
         if self.resume is None:
             return 0
         began = time.perf_counter()  # the checks count as part of the resume
@@ -171,26 +172,27 @@ class Trainer:
         done = checkpoint.load(found, model, optimizer, self.env, self._frozen())
         self.resume_seconds = round(time.perf_counter() - began, 3)
         if self.env.main:
-            kept = run_dir.keep_metrics_through(self.run, done)
+            kept = run_dir.keep_metrics_through(self.run, done, run_dir.saved_rows(found))  # each step once
             log.info("resuming %s at step %d from %s, loaded in %.1f s (%d metrics rows kept)", self.run, done,
                      found, self.resume_seconds, kept)
         return done
 
     def _after_step(self, step: int, start: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     device: torch.device, stop: object) -> None:
-        """Checkpoint when due; stop (checkpoint first) on a signal or after ``train.stop_after_steps``."""
+        """Checkpoint when due; stop (checkpoint first) on a signal or after ``train.run.stop_after_steps``."""
         t, done = self.config.train, step + 1
         signum = D.agree_max(float(getattr(stop, "signal", None) or 0), self.env, device)  # every rank agrees
-        limit = t.stop_after_steps is not None and done - start >= t.stop_after_steps and done < t.steps
-        due = t.checkpoint_every is not None and done % t.checkpoint_every == 0
+        limit = t.run.stop_after_steps is not None and done - start >= t.run.stop_after_steps and done < t.steps
+        due = t.run.checkpoint_every is not None and done % t.run.checkpoint_every == 0
         if not (due or signum or limit):
             return
-        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.keep_checkpoints, self._frozen())
+        saved = checkpoint.save(self.run, done, model, optimizer, self.env, t.run.keep_checkpoints, self._frozen(),
+                                run_dir.metrics_rows(self.run, through=done) if self.env.main else None)  # rows kept
         if self.env.main:
             log.info("checkpoint after step %d: %s", done, saved)
         if signum or limit:
             code = EXIT_CODES.get(int(signum), STOPPED_AFTER_STEPS) if signum else STOPPED_AFTER_STEPS
-            why = f"signal {int(signum)}" if signum else f"train.stop_after_steps={t.stop_after_steps}"
+            why = f"signal {int(signum)}" if signum else f"train.run.stop_after_steps={t.run.stop_after_steps}"
             raise TrainingStopped(f"stopped after step {done} of {t.steps} ({why}); checkpoint in {saved}. Continue "
                                   f"with `ligerkit train --resume {self.run}`", code)
 
@@ -241,16 +243,16 @@ class Trainer:
         return [self.engine.make_batch(first, size, vocab_size) for first in self._first_samples(step)]
 
     def optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """AdamW over every trainable parameter (fused on CUDA when ``train.fused_adamw``)."""
+        """AdamW over every trainable parameter (fused on CUDA when ``train.optim.fused_adamw``)."""
         t = self.config.train
         params = [p for p in model.parameters() if p.requires_grad]
-        fused = t.fused_adamw and all(p.device.type == "cuda" for p in params)
-        return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused or None)
+        fused = t.optim.fused_adamw and all(p.device.type == "cuda" for p in params)
+        return torch.optim.AdamW(params, lr=t.optim.lr, betas=t.optim.betas, weight_decay=t.optim.weight_decay, fused=fused or None)
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then constant."""
         t = self.config.train
-        return t.lr * min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps else t.lr
+        return t.optim.lr * min(1.0, (step + 1) / t.optim.warmup_steps) if t.optim.warmup_steps else t.optim.lr
 
     def compile_model(self, model: torch.nn.Module) -> list[str]:
         """``torch.compile`` each decoder layer in place (the whole model when it has none); returns
@@ -284,12 +286,12 @@ class Trainer:
             part.backward()
             loss_sum += part.detach()
         total = D.all_reduce_sum(loss_sum, self.env)
-        loss, norm = update(model, optimizer, total, total_norm(model), max_norm=self.config.train.grad_clip,
+        loss, norm = update(model, optimizer, total, total_norm(model), max_norm=self.config.train.optim.grad_clip,
                             world_size=self.env.world_size, step=step, while_waiting=lambda: data.stage(step + 1))
         return loss, norm, int(tokens)
 
     def clip(self, model: torch.nn.Module) -> float:
-        """Clip to ``train.grad_clip`` by the total gradient norm, taken in float32; return that norm."""
+        """Clip to ``train.optim.grad_clip`` by the total gradient norm, taken in float32; return that norm."""
         norm = total_norm(model)
-        clip_to(model, self.config.train.grad_clip, norm)
+        clip_to(model, self.config.train.optim.grad_clip, norm)
         return as_float(norm) if norm is not None else 0.0

@@ -6,7 +6,7 @@ Where the optimizer can skip its update on the device (PyTorch's fused Adam and 
 mechanism ``torch.amp.GradScaler`` uses), the clip and the update are queued behind the backward with
 that flag set from the loss and the norm, and the read comes last. The host then prepares the update
 while the device still runs the backward, instead of the device idling while the host prepares it after
-a mid-step read. Otherwise (the multi-tensor AdamW, on the CPU or with ``train.fused_adamw: false``)
+a mid-step read. Otherwise (the multi-tensor AdamW, on the CPU or with ``train.optim.fused_adamw: false``)
 the read comes first and a non-finite step never reaches the optimizer. Either way a non-finite loss or
 norm raises :class:`NonFiniteError` with the weights not updated, and a finite step's update is the
 same to the bit.
@@ -107,5 +107,5 @@ def _check_finite(loss: float, norm: float, step: int, max_norm: float | None) -
     if not (math.isfinite(loss) and math.isfinite(norm)):
         raise NonFiniteError(
             f"step {step + 1}: the loss is {loss} and the gradient norm {norm}; the weights were not "
-            f"updated. Lower train.lr, set train.grad_clip (it is {max_norm}), raise "
-            "train.warmup_steps, or check the data and model.dtype")
+            f"updated. Lower train.optim.lr, set train.optim.grad_clip (it is {max_norm}), raise "
+            "train.optim.warmup_steps, or check the data and model.dtype")

@@ -16,13 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ligerkit.sizes import size_problem
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, unknown_key_hint
 
-_SIZE_SUFFIXES = ("_size", "_dim", "_layers", "_heads", "vocab_size", "_experts", "_embeddings")
-# Counts a config class loops over as it is built (a list per layer): beyond this, building it alone takes
-# seconds to minutes; the deepest trained models have a few hundred layers, the widest a few hundred experts.
-MAX_COUNT = 10_000
-_COUNT_SUFFIXES = ("_layers", "_experts")
 
 
 def check_file(key: str, value: str | None, what: str) -> None:
@@ -61,7 +57,7 @@ def check_paths(config: RecipeConfig) -> None:
         if tokenizer is None or not Path(tokenizer).is_dir():
             raise ConfigError(f"data.tokenizer: {tokenizer!r} is not a local tokenizer folder; set data.tokenizer, "
                               "or train a pretrained model whose folder holds its tokenizer")
-    for key, folder in (("train.output_dir", train.output_dir), ("train.runs_dir", train.runs_dir)):
+    for key, folder in (("train.run.output_dir", train.run.output_dir), ("train.run.runs_dir", train.run.runs_dir)):
         if folder is None:
             continue
         path = Path(folder)
@@ -115,11 +111,8 @@ def check_model_keys(keys: dict[str, Any], cls: type, where: str = "model.config
     for key, value in keys.items():
         if key not in known:
             problems.append(f"{where}.{key}: {cls.__name__} has no such option{unknown_key_hint(key, sorted(known))}")
-        elif isinstance(value, int) and not isinstance(value, bool) and value <= 0 and key.endswith(_SIZE_SUFFIXES):
-            problems.append(f"{where}.{key}: {value} is not a size; it must be a positive integer")
-        elif isinstance(value, int) and value > MAX_COUNT and key.endswith(_COUNT_SUFFIXES):
-            problems.append(f"{where}.{key}: {value:,} is more than {MAX_COUNT:,} (the deepest trained models have "
-                            "a few hundred layers); lower it")
+        elif (problem := size_problem(key, value)) is not None:  # positive sizes, bounded counts (ligerkit.sizes)
+            problems.append(f"{where}.{key}: {problem}")
     if problems:
         raise config_errors(where, problems)
 

@@ -22,9 +22,11 @@ from pydantic import BaseModel, ValidationError
 
 from ligerkit.errors import ConfigError
 from ligerkit.train.config.arms import ARMS
-from ligerkit.train.config.compile_mode import same_value
-from ligerkit.train.config.schema import RecipeConfig
+from ligerkit.train.config.compile_mode import compile_value
+from ligerkit.train.config.origin import attributed, invalid_heading
 from ligerkit.train.config.paths import check_path
+from ligerkit.train.config.recorded import old_key_hint, read_recorded
+from ligerkit.train.config.schema import RecipeConfig
 from ligerkit.train.config.yaml_bounds import YamlBoundError, load_bounded
 from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
 
@@ -72,12 +74,13 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 # Keys other trainers use, and where ours are.
 OTHER_NAMES = {
-    "learning_rate": "train.lr", "lr_warmup_steps": "train.warmup_steps", "max_steps": "train.steps",
+    "learning_rate": "train.optim.lr", "lr_warmup_steps": "train.optim.warmup_steps", "max_steps": "train.steps",
     "num_steps": "train.steps", "batch_size": "train.global_batch_size",
-    "per_device_train_batch_size": "train.micro_batch_size", "gradient_clipping": "train.grad_clip",
-    "max_grad_norm": "train.grad_clip", "max_seq_len": "data.seq_len", "seq_length": "data.seq_len",
+    "per_device_train_batch_size": "train.micro_batch_size", "gradient_clipping": "train.optim.grad_clip",
+    "max_grad_norm": "train.optim.grad_clip", "max_seq_len": "data.seq_len", "seq_length": "data.seq_len",
     "max_length": "data.seq_len", "dataset": "data.path", "use_liger_kernel": "model.liger_kernel.enabled",
-    "model_name_or_path": "model.pretrained_path", "output": "train.output_dir", "epochs": "train.steps",
+    "model_name_or_path": "model.pretrained_path", "output": "train.run.output_dir", "epochs": "train.steps",
+    "save_steps": "train.run.checkpoint_every", "logging_steps": "train.run.log_every",
 }
 
 
@@ -132,7 +135,7 @@ def _problems(exc: ValidationError) -> list[str]:
         loc = tuple(error["loc"])
         path = ".".join(str(p) for p in loc) or "<root>"
         if error["type"] == "extra_forbidden":
-            message = "unknown key" + unknown_key_hint(str(loc[-1]), _fields_at(loc))
+            message = "unknown key" + (old_key_hint(path) or unknown_key_hint(str(loc[-1]), _fields_at(loc)))
         else:
             message = error["msg"] + _fix_hint(error)
         lines.append(f"{path}: {message}")
@@ -189,6 +192,13 @@ def _origin(path: list[str], source: str, overrides: Sequence[str]) -> str:
     return source
 
 
+def _same(path: list[str], given: Any, wanted: Any) -> bool:
+    """Whether a config's value at ``path`` is what an arm's line sets (a bare ``off`` is YAML's false)."""
+    if path == ["train", "compile"]:
+        return bool(compile_value(given) == compile_value(wanted))
+    return bool(given == wanted)
+
+
 def _show(value: Any) -> str:
     """A value as YAML writes it inline (``true``, ``standard``, ``{path: fused}``)."""
     return yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip().removesuffix("\n...").strip()
@@ -214,7 +224,7 @@ def apply_arm(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[
     for line in ARMS[name]:
         path, value = parse_override(line)
         found = _lookup(data, path)
-        if found is None or (found[0] == path and same_value(path, found[1], value)):
+        if found is None or (found[0] == path and _same(path, found[1], value)):
             continue
         at, given = found
         what = "it" if at == path else f"{'.'.join(at)} (not a mapping)"
@@ -227,37 +237,49 @@ def apply_arm(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[
     return apply_overrides(data, ARMS[name])
 
 
-def validate_config(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[str] = (),
-                    recorded: bool = False) -> RecipeConfig:
+def validate_config(data: dict[str, Any], source: str = "<dict>", overrides: Sequence[str] = ()) -> RecipeConfig:
     """Expand ``train.arm`` (:func:`apply_arm`), then validate a raw mapping; raise :class:`ConfigError`
-    naming every bad key path. ``overrides`` are the ``--set`` lines already in ``data`` (for messages);
-    ``recorded``: the config a run folder recorded (read as it ran: ``compile_mode.recorded_trace_as_ops``)."""
+    naming every bad key path, each one a ``--set`` gave led by that ``--set`` (:func:`attributed`).
+    ``overrides`` are the ``--set`` lines already in ``data``."""
     data = apply_arm(data, source, overrides)
     try:
-        return RecipeConfig.model_validate(data, context={"recorded": recorded})
+        return RecipeConfig.model_validate(data)
     except ValidationError as exc:
-        problems = _problems(exc)
-        raise ConfigError(f"{source} is not a valid recipe config; fix each key named here:\n"
-                          + "\n".join(f"  {p}" for p in problems), problems) from None
+        problems = attributed(_problems(exc), overrides)
+        raise ConfigError(f"{invalid_heading(source, problems)}:\n" + "\n".join(f"  {p}" for p in problems),
+                          problems) from None
+
+
+def recorded_config(data: Any, source: str = "<recorded config>") -> dict[str, Any]:
+    """A run folder's recorded config (raw) with the keys of earlier releases read into today's
+    (``ligerkit.train.config.recorded``); a mapping that cannot be read is a :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source} must hold a mapping at the top level (name:, model:, data:, train:); it holds "
+                          f"a {type(data).__name__}")
+    try:
+        return read_recorded(data)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def raw_config(path: str | Path, overrides: Sequence[str] | None = None) -> dict[str, Any]:
-    """A recipe YAML as a mapping with the ``--set`` overrides applied (not validated)."""
+    """A recipe YAML as a mapping with the ``--set`` overrides applied (not validated). A run folder's
+    own ``config.yaml`` (:func:`in_run_folder`) is read as it ran (:func:`recorded_config`) before them."""
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level (name:, model:, data:, train:); it holds "
                           f"a {type(data).__name__}. Start from a shipped config such as recipes/qwen3/configs/cpu.yaml")
+    if in_run_folder(path):
+        data = recorded_config(data, str(path))
     return apply_overrides(data, list(overrides or []))
 
 
 def load_recipe_config(path: str | Path, overrides: Sequence[str] | None = None) -> RecipeConfig:
     """Load a recipe YAML, apply ``--set`` overrides, expand ``train.arm``, validate (a run folder's own
-    ``config.yaml`` as the run recorded it: :func:`in_run_folder`, unless a ``--set`` line names the key
-    that reading changes, which is then judged as written)."""
+    ``config.yaml`` as the run recorded it: :func:`raw_config`)."""
     overrides = list(overrides or [])
-    recorded = in_run_folder(Path(path)) and not any(line.startswith("train.compile=") for line in overrides)
-    return validate_config(raw_config(path, overrides), str(path), overrides, recorded)
+    return validate_config(raw_config(path, overrides), str(path), overrides)
 
 
 def in_run_folder(path: Path) -> bool:

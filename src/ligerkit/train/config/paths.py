@@ -1,6 +1,6 @@
 """Names and paths a config or the command line gives: checked before anything touches the disk.
 
-A run name becomes one folder under ``train.runs_dir``, so it must be one plain path component: no
+A run name becomes one folder under ``train.run.runs_dir``, so it must be one plain path component: no
 separator, not ``.`` or ``..`` (which would put the run beside or above ``runs_dir``), no NUL or other
 control character, and short enough for the filesystem (255 bytes a component). A folder or file path
 must be non-empty, hold no NUL, and fit the operating system's limits (4096 bytes in all, 255 a
@@ -27,14 +27,14 @@ def check_name(value: str, key: str = "name") -> str:
     """A run name: one plain folder name (``qwen3-cpu``); ``ValueError`` naming what to change."""
     if not value.strip():
         raise ValueError(f"{key} is empty; give the run a name such as my-run (it names its folder under "
-                         "train.runs_dir)")
+                         "train.run.runs_dir)")
     if value in (".", ".."):
         raise ValueError(f"{key} {value!r} is not a folder name (it would put the run folder outside "
-                         "train.runs_dir); give a name such as my-run")
+                         "train.run.runs_dir); give a name such as my-run")
     separators = [s for s in ("/", "\\", os.sep, os.altsep) if s and s in value]
     if separators:
         raise ValueError(f"{key} {value!r} holds {separators[0]!r}; a run name is one folder name: use '-' or '_' "
-                         "instead (set train.runs_dir or train.output_dir to choose where runs go)")
+                         "instead (set train.run.runs_dir or train.run.output_dir to choose where runs go)")
     controls = _controls(value)
     if controls:
         raise ValueError(f"{key} holds the control character(s) {', '.join(controls)}; remove them")
@@ -66,5 +66,5 @@ def check_path(value: str, key: str, room: int = 0) -> str:
 
 
 def check_run_folder(value: str, key: str) -> str:
-    """``train.output_dir`` / ``train.runs_dir``: a path with room for the run's own files below it."""
+    """``train.run.output_dir`` / ``train.run.runs_dir``: a path with room for the run's own files below it."""
     return check_path(value, key, RUN_FILES_ROOM)

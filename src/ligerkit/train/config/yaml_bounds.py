@@ -6,6 +6,11 @@ hang (and gigabytes) once a model config is copied, validated or printed. The lo
 the values a document holds *with every alias expanded*, before anything is constructed, and refuses a
 document over :data:`MAX_VALUES` (a real config holds a few hundred), one whose alias refers to itself,
 and one nested deeper than :data:`MAX_DEPTH`.
+
+A config holds text, numbers, true/false, null, lists and mappings, nothing else: a value of any other
+YAML type (``!!binary``, ``!!set``, ``!!omap``, ``!!timestamp`` or a bare date such as ``2024-01-01``, a
+tag of its own such as ``!python/object``) is refused before anything is constructed, naming its key and
+line (:func:`check_types`), never read into bytes, a set or a date that no config key expects.
 """
 
 from __future__ import annotations
@@ -61,9 +66,44 @@ def expanded_size(root: yaml.Node, limit: int = MAX_VALUES) -> int:
     return sizes[id(root)]
 
 
+PLAIN = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map", "merge")}
+"""The YAML types a config holds: plain scalars, lists and mappings."""
+
+
+def _shown(tag: str) -> str:
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+
+
+def check_types(root: yaml.Node) -> None:
+    """Refuse (:class:`YamlBoundError`) a value that is not plain text, a number, true/false, null, a list or a
+    mapping, naming its key path and line. Each node is looked at once, so aliases cost nothing more."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, key = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.tag not in PLAIN:
+            at = f"line {node.start_mark.line + 1}: " + (f"{key}: " if key else "")
+            what = "reads as a date" if node.tag.endswith(":timestamp") else f"has the YAML type {_shown(node.tag)}"
+            raise YamlBoundError(f"{at}the value {str(node.value)[:40]!r} {what}; a config holds only text, numbers, "
+                                 "true/false, null, lists and mappings: write the value plainly (quoted, to give it "
+                                 "as text)" if isinstance(node, yaml.ScalarNode) else
+                                 f"{at}a value {what}; a config holds only text, numbers, true/false, null, lists "
+                                 "and mappings: write it as a plain list or mapping")
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                name = k.value if isinstance(k, yaml.ScalarNode) else "?"
+                stack += [(k, key), (v, f"{key}.{name}" if key else str(name))]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(child, f"{key}[{i}]") for i, child in enumerate(node.value)]
+
+
 class BoundedLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses a key given twice in one mapping (YAML would keep the last) and a
-    document whose aliases expand beyond :data:`MAX_VALUES` values (see the module docstring)."""
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML would keep the last), a
+    document whose aliases expand beyond :data:`MAX_VALUES` values, and a value of a type no config holds
+    (:func:`check_types`; see the module docstring)."""
 
     def get_single_node(self) -> Any:
         """The document's node, refused when it is too large with its aliases expanded."""
@@ -74,6 +114,7 @@ class BoundedLoader(yaml.SafeLoader):
                 raise YamlBoundError(
                     f"with its aliases (*name) expanded it holds more than {MAX_VALUES:,} values (a config holds a "
                     "few hundred); write the repeated values out, or alias fewer levels inside each other")
+            check_types(node)
         return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

@@ -57,12 +57,17 @@ def sample_generator(seed: int, index: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
 
 
+def tokenizer_key(cfg: DataConfig) -> str:
+    """The config key that names the tokenizer folder of a ``jsonl``/``text`` dataset (for messages)."""
+    return "data.tokenizer" if cfg.tokenizer else "model.pretrained_path (the tokenizer's folder: data.tokenizer unset)"
+
+
 def sample(cfg: DataConfig, vocab_size: int, seed: int, index: int,
            tokenizer: str | None = None) -> tuple[torch.Tensor, int]:
     """One sample's token ids (length ``seq_len``) and its number of real (unpadded) tokens."""
     if cfg.kind in ("jsonl", "text"):
         data = tokenized(str(cfg.path), cfg.kind, cfg.text_field, str(cfg.tokenizer or tokenizer), cfg.seq_len,
-                         cfg.packing)
+                         cfg.packing, tokenizer_key(cfg))
         if data.vocab_size > vocab_size:
             raise DataError(f"the tokenizer has {data.vocab_size} tokens but the model's vocabulary {vocab_size}; "
                             "use the model's own tokenizer (data.tokenizer), or raise model.config.vocab_size")

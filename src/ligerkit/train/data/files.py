@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ligerkit.errors import DataError
+from ligerkit.errors import DataError, TokenizerError
 
 
 def read_documents(path: str, kind: str, text_field: str) -> list[str]:
@@ -55,17 +55,48 @@ def read_documents(path: str, kind: str, text_field: str) -> list[str]:
     return documents
 
 
-def load_tokenizer(path: str) -> Any:
-    """A local tokenizer (``tokenizer.json`` and its config), never from a hub."""
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                    "sentencepiece.bpe.model", "tiktoken.model")
+"""Files that hold a tokenizer's vocabulary (a fast tokenizer's ``tokenizer.json``, or a slow one's files); a
+model folder written by ``save_pretrained`` holds none of them (its tokenizer is saved on its own)."""
+
+
+def _give_one(path: str) -> str:
+    return (f"save the model's tokenizer into it (tokenizer.save_pretrained({path!r})), point data.tokenizer at a "
+            "folder that holds one, or train on the shipped corpus's byte-level tokenizer instead (data.kind: corpus "
+            "with data.corpus_path: your text file; it needs a model vocabulary of at least 259 tokens)")
+
+
+def check_tokenizer_folder(path: str, key: str = "data.tokenizer") -> None:
+    """``path`` (the folder ``key`` names) holds a tokenizer: a :class:`TokenizerError` naming what it lacks and
+    what it holds otherwise (a model checkpoint's weights and config, say)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise TokenizerError(f"{key}: the tokenizer folder {path!r} does not exist; set data.tokenizer or "
+                             "model.pretrained_path to a local folder that holds a tokenizer")
+    if any((folder / name).is_file() for name in VOCABULARY_FILES):
+        return
+    held = sorted(p.name for p in folder.iterdir())
+    shown = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "") if held else "nothing"
+    raise TokenizerError(f"{key}: {path!r} holds no tokenizer: none of {', '.join(VOCABULARY_FILES)} is there (it "
+                         f"holds {shown}). To give one, {_give_one(path)}")
+
+
+def load_tokenizer(path: str, key: str = "data.tokenizer") -> Any:
+    """A local tokenizer (``tokenizer.json`` and its config), never from a hub; one that makes no token of a
+    plain sentence (an empty vocabulary) is a :class:`TokenizerError`."""
     from transformers import AutoTokenizer
 
-    if not Path(path).is_dir():
-        raise DataError(f"tokenizer folder {path!r} does not exist; set data.tokenizer or model.pretrained_path")
+    check_tokenizer_folder(path, key)
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
-        raise DataError(f"cannot load a tokenizer from {path!r} ({type(exc).__name__}: {exc}); the folder needs "
-                        "tokenizer.json (or the files its tokenizer class saves)") from exc
+        raise TokenizerError(f"cannot load a tokenizer from {path!r} ({type(exc).__name__}: {exc}); the folder needs "
+                             "tokenizer.json (or the files its tokenizer class saves)") from exc
+    if not tokenizer("The quick brown fox.", add_special_tokens=False)["input_ids"]:
+        raise TokenizerError(f"{key}: the tokenizer in {path!r} turns text into no tokens (its vocabulary holds "
+                             f"{len(tokenizer)} entries). To give a working one, {_give_one(path)}")
+    return tokenizer
 
 
 @dataclass(frozen=True)
@@ -87,9 +118,11 @@ class TokenizedData:
 
 
 @cache
-def tokenized(path: str, kind: str, text_field: str, tokenizer_path: str, seq_len: int, packing: bool) -> TokenizedData:
-    """The dataset at ``path`` as samples (built once per process and settings)."""
-    tokenizer = load_tokenizer(tokenizer_path)
+def tokenized(path: str, kind: str, text_field: str, tokenizer_path: str, seq_len: int, packing: bool,
+              tokenizer_key: str = "data.tokenizer") -> TokenizedData:
+    """The dataset at ``path`` as samples (built once per process and settings); ``tokenizer_key`` is the config
+    key that named ``tokenizer_path`` (for messages)."""
+    tokenizer = load_tokenizer(tokenizer_path, tokenizer_key)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     eos = tokenizer.eos_token_id
     docs = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in read_documents(path, kind, text_field)]

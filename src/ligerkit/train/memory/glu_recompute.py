@@ -3,7 +3,7 @@
 Liger's ``LigerSiLUMulFunction`` and ``LigerGELUMulFunction`` keep their two inputs (the gate and up
 projections) for their own backward. The MLP's down projection then keeps their product ``c`` for its
 weight gradient (or its LoRA adapter's): a third tensor as wide as the two, every layer. With
-``train.recompute_glu_product`` the saved-tensor hooks of ``saved_recompute`` keep a note of the
+``train.memory.recompute_glu_product`` the saved-tensor hooks of ``saved_recompute`` keep a note of the
 function instead, and the backward runs the function's forward kernel again on the inputs the function
 kept anyway. The kernel is elementwise and deterministic, so the product is the same, bit for bit, and
 so are the loss and every gradient; the cost is one elementwise kernel per MLP in the backward.
@@ -22,7 +22,7 @@ from ligerkit.train.memory.saved_recompute import VIEW_NODES, Recomputable, Save
 
 __all__ = ["KEY", "RECOMPUTABLE", "VIEW_NODES", "Recomputable", "check_first_forward", "recomputed_glu_products",
            "view_source"]
-KEY = "train.recompute_glu_product"
+KEY = "train.memory.recompute_glu_product"
 
 
 def _silu_mul(node: Any, shape: torch.Size) -> torch.Tensor:
@@ -62,7 +62,7 @@ def check_first_forward(hooks: SavedRecompute) -> None:
     would do nothing: Liger off, or no SwiGLU/GeGLU swapped in, or their products not kept)."""
     if not any(hooks.by_node.get(name) for name in RECOMPUTABLE):
         raise LigerKitError(
-            "train.recompute_glu_product is on, but the first forward kept no product of Liger's SwiGLU or "
+            "train.memory.recompute_glu_product is on, but the first forward kept no product of Liger's SwiGLU or "
             "GeGLU for the backward: the model runs neither (Liger off, model.liger_kernel.modules turns them "
             "off, or the family's MLP is not gated), so nothing would be recomputed. Set "
-            "train.recompute_glu_product: false")
+            "train.memory.recompute_glu_product: false")

@@ -4,7 +4,7 @@ Liger's ``LigerRMSNormFunction`` keeps its input ``X``, its weight and the inver
 computed (one float per row) for its own backward. The layers after it keep its output ``Y`` too: the
 q, k, v projections and the gate and up projections keep their input for their weight gradients (and
 their LoRA adapters the same tensor). ``Y`` is elementwise in ``X``: per element ``x * rstd`` and a
-multiply by the weight, in the kernel's casting mode. With ``train.recompute_norm_output`` the
+multiply by the weight, in the kernel's casting mode. With ``train.memory.recompute_norm_output`` the
 saved-tensor hooks of ``saved_recompute`` keep a note in its place and the backward makes ``Y`` again
 from what the norm kept, with the kernel's order of operations and roundings (two multiplies and a
 cast, no sum, so nothing for a compiler to reorder): one Triton launch on CUDA (``norm_kernel``), two
@@ -29,7 +29,7 @@ from ligerkit.errors import LigerKitError
 from ligerkit.train.memory.glu_recompute import RECOMPUTABLE as GLU_RECOMPUTABLE
 from ligerkit.train.memory.saved_recompute import Recomputable, SavedRecompute, node_source
 
-KEY = "train.recompute_norm_output"
+KEY = "train.memory.recompute_norm_output"
 NORM_NODE = "LigerRMSNormFunctionBackward"
 ROPE_NODE = "LigerRopeFunctionBackward"
 _CASTING = {"llama": 0, "gemma": 1, "none": -1}
@@ -111,8 +111,8 @@ RECOMPUTABLE: dict[str, Recomputable] = {
 
 def recompute_table(glu: bool, norm: bool) -> dict[str, Recomputable]:
     """The outputs a run recomputes in backward: Liger's gated products with ``glu``
-    (``train.recompute_glu_product``), its RMSNorm outputs and the rotary over them with ``norm``
-    (``train.recompute_norm_output``); empty with neither."""
+    (``train.memory.recompute_glu_product``), its RMSNorm outputs and the rotary over them with ``norm``
+    (``train.memory.recompute_norm_output``); empty with neither."""
     return {**(GLU_RECOMPUTABLE if glu else {}), **(RECOMPUTABLE if norm else {})}
 
 

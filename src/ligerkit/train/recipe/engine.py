@@ -32,7 +32,8 @@ from ligerkit.kit.custom import CustomPatches
 from ligerkit.loss import make_loss
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors
 from ligerkit.train.config.checks import check_modules, check_paths, problems_of
-from ligerkit.train.data.batches import text_batch
+from ligerkit.train.data.batches import text_batch, tokenizer_key
+from ligerkit.train.data.files import check_tokenizer_folder
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.recipe.footprint import Footprint, check_footprint
 from ligerkit.train.models import build_transformers_model, transformers_config
@@ -51,6 +52,7 @@ class RecipeEngine:
         self.loss = make_loss(config.train.loss.path, config.train.loss.chunk_tokens)
         self.scan: ScanResult | None = None
         self.model: nn.Module | None = None
+        self.overrides: tuple[str, ...] = ()  # the --set lines over the file (load_engine): messages name them
 
     @property
     def compile_mode(self) -> bool:
@@ -65,13 +67,13 @@ class RecipeEngine:
 
     @property
     def recomputes_glu_products(self) -> bool:
-        """``train.recompute_glu_product`` with Liger on (with Liger off there is no product to recompute)."""
-        return self.config.train.recompute_glu_product and self.liger_enabled
+        """``train.memory.recompute_glu_product`` with Liger on (with Liger off there is no product to recompute)."""
+        return self.config.train.memory.recompute_glu_product and self.liger_enabled
 
     @property
     def recomputes_norm_outputs(self) -> bool:
-        """``train.recompute_norm_output`` with Liger on (with Liger off there is no output to recompute)."""
-        return self.config.train.recompute_norm_output and self.liger_enabled
+        """``train.memory.recompute_norm_output`` with Liger on (with Liger off there is no output to recompute)."""
+        return self.config.train.memory.recompute_norm_output and self.liger_enabled
 
     @property
     def recompute_table(self) -> dict[str, Any]:
@@ -88,10 +90,16 @@ class RecipeEngine:
     # ----- the wiring: arguments for ``self.liger_kit.apply`` -----------------------------------
     def official_liger(self, family: str | None = None) -> dict[str, Any]:
         """``apply`` arguments for Liger's official route: ``model.liger_kernel.model_family_override``,
-        else ``family``, else ``model.family``; the config's module selection and exclusions."""
+        else ``family``, else ``model.family``; the config's module selection and exclusions; with
+        ``model.liger_kernel.fallback: custom``, ``fallback=ligerkit.suggest.proven_map``."""
         lk = self.config.model.liger_kernel
-        return {"model_family": lk.model_family_override or family or self.config.model.family,
-                "modules": lk.modules, "excluded_modules": lk.excluded_modules, "compile": self.compile_mode}
+        wiring = {"model_family": lk.model_family_override or family or self.config.model.family,
+                  "modules": lk.modules, "excluded_modules": lk.excluded_modules, "compile": self.compile_mode}
+        if lk.fallback == "custom":  # the helper failing: ligerkit's proven map instead (ligerkit.kit.fallback)
+            from ligerkit.suggest import proven_map
+
+            wiring["fallback"] = proven_map
+        return wiring
 
     def custom_liger(self, custom_patches: CustomPatches, probe_config: Any = None) -> dict[str, Any]:
         """``apply`` arguments for a ``custom_patches`` map; ``probe_config`` is what the kit's probes
@@ -125,11 +133,15 @@ class RecipeEngine:
 
     def validate(self) -> None:
         """Check the config against the world before anything is built: files, the model's keys,
-        module names: one :class:`~ligerkit.train.config.ConfigError` naming every problem found."""
+        module names: one :class:`~ligerkit.train.config.ConfigError` naming every problem found; then a
+        tokenizer folder without a tokenizer (:class:`~ligerkit.errors.TokenizerError`)."""
         problems = problems_of(lambda: check_paths(self.config), lambda: check_modules(self.config, self.module_names()),
                                self.model_config)
         if problems:
             raise config_errors("the recipe config", problems)
+        data = self.config.data
+        if data.kind in ("jsonl", "text"):  # a model folder saved without its tokenizer: said before anything is built
+            check_tokenizer_folder(str(data.tokenizer or self.config.model.pretrained_path), tokenizer_key(data))
 
     def check_footprint(self, device: torch.device) -> Footprint:
         """Refuse, before anything is allocated, a config whose memory lower bound exceeds ``device`` (per

@@ -17,6 +17,7 @@ from typing import Any
 
 from ligerkit.train.config import ConfigError, RecipeConfig, config_errors, load_recipe_config, raw_config
 from ligerkit.train.config.loading import is_run_folder
+from ligerkit.train.config.origin import attributed
 from ligerkit.train.config.checks import check_model_keys, config_class_for, problems_of
 from ligerkit.train.recipe.engine import RecipeEngine
 from ligerkit.errors import RecipeError
@@ -140,18 +141,21 @@ def _model_key_problems(model: Any) -> list[str]:
 def load_engine(config_path: str | Path, overrides: list[str] | None = None) -> RecipeEngine:
     """Config path (+ overrides) -> the recipe's engine, its config checked against the world (files,
     the model's keys, module names) before anything is built."""
+    overrides = list(overrides or [])
     try:
         config = load_recipe_config(config_path, overrides)
     except ConfigError as exc:  # name the model's own keys too: every mistake of a copied config in one run
         more = _model_key_problems(raw_config(config_path, overrides).get("model"))
         if not more:
             raise
-        raise config_errors(str(config_path), exc.problems + more) from None
+        raise config_errors(str(config_path), exc.problems + attributed(more, overrides)) from None
     engine = load_recipe(config_path, config.recipe).engine(config)
+    engine.overrides = tuple(overrides)
     try:
         engine.validate()
-    except ConfigError as exc:
-        if len(exc.problems) < 2:
+    except ConfigError as exc:  # a problem a --set gave is led by that --set (config.origin)
+        problems = attributed(exc.problems, overrides)
+        if len(problems) < 2 and problems == exc.problems:
             raise
-        raise config_errors(str(config_path), exc.problems) from None
+        raise config_errors(str(config_path), problems) from None
     return engine

@@ -23,6 +23,8 @@ recipes' asserts read them.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -32,13 +34,14 @@ from ligerkit.environment import NEEDS_ACCELERATOR
 from ligerkit.errors import LigerNeedsAcceleratorError
 from ligerkit.hf import hidden_width
 from ligerkit.kit.build import Step, apply_build_scan
-from ligerkit.probe.training_form import TrainingForm, checked_in_form
 from ligerkit.train.recipe.adapters import add_lora, linear_names, perturb_zero_adapters
 from ligerkit.train.models import disable_kv_cache
 from ligerkit.train.memory.checkpointing import recompute_layers
 
 from ligerkit.train.recipe.engine import RecipeEngine
 
+if TYPE_CHECKING:
+    from ligerkit.probe.training_form import TrainingForm
 
 def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
     """Set ``engine``'s model up on ``device`` in the trainer's order (see the module docstring).
@@ -65,13 +68,23 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
     if t.activation_checkpointing:
         after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model)))
     # the kit's in-place verdicts see the model as it trains; compile mode reads its table at its width
-    with checked_in_form(training_form(engine)), for_width(_width(engine) if engine.compile_mode else None):
+    with kit_checks_in_form(engine), for_width(_width(engine) if engine.compile_mode else None):
         model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device),
                                        before_scan=before_scan, after_scan=after_scan, scan=engine.liger_enabled)
     if engine.liger_enabled:
         engine.scan = scan
     engine.model = model
     return model
+
+
+def kit_checks_in_form(engine: RecipeEngine) -> AbstractContextManager[object]:
+    """A block in which the kit's in-place checks see the model in :func:`training_form`: with Liger on
+    only (only then does the kit compute verdicts, and only then are the probes imported)."""
+    if not engine.liger_enabled:
+        return nullcontext()
+    from ligerkit.probe.training_form import checked_in_form
+
+    return checked_in_form(training_form(engine))
 
 
 def training_form(engine: RecipeEngine) -> TrainingForm | None:
@@ -106,6 +119,8 @@ def training_form(engine: RecipeEngine) -> TrainingForm | None:
             recompute_layers(model, _recomputed_units(engine, model, built_units))
 
     built_units: list[set[str]] = []  # the units of the model the engine builds, found once, if needed
+    from ligerkit.probe.training_form import TrainingForm
+
     return TrainingForm("; ".join(parts), adapt)
 
 

@@ -34,6 +34,7 @@ from ligerkit.train.run import manifest
 from ligerkit.errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.run.rng import file_name, read_rng, set_rng_state, write_rng
+from ligerkit.train.run.storage import storage_cause, storage_error
 from ligerkit.train.config.run_files import CONFIG_FILE
 
 FOLDER = "checkpoints"
@@ -98,9 +99,27 @@ def check_frozen(checkpoint: Path, meta: dict[str, Any], frozen: str | None) -> 
 
 
 def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv,
-         keep: int, frozen: str | None = None) -> Path:
+         keep: int, frozen: str | None = None, rows: list[dict[str, Any]] | None = None) -> Path:
     """Write the checkpoint after ``step`` steps on every rank; keep the newest ``keep``; return its folder.
-    ``frozen`` is the hash of the model's frozen weights (none saved), recorded as ``frozen_sha256``."""
+    ``frozen`` is the hash of the model's frozen weights (none saved), recorded as ``frozen_sha256``; ``rows``
+    (rank 0) are the run's metrics rows of steps 1 to ``step``, kept in ``meta.json`` for a resume from it
+    (``folder.saved_rows``). A disk that is full, read-only
+    or unwritable is a :class:`StorageError` with the ``.partial`` folder removed (never taken for a checkpoint)."""
+    try:
+        return _save(run, step, model, optimizer, env, keep, frozen, rows)
+    except BaseException as exc:  # torch's CheckpointException is a BaseException
+        cause = storage_cause(exc)
+        if cause is None:
+            raise
+        shutil.rmtree(run / FOLDER / f"step_{step:07d}.partial", ignore_errors=True)  # its room is free again
+        newest = latest(run)
+        kept = f"the newest complete one is {newest.name}" if newest is not None else "no complete one is there yet"
+        raise storage_error(cause, f"the checkpoint after step {step} (the half-written one was removed; {kept})",
+                            run) from cause
+
+
+def _save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv,
+          keep: int, frozen: str | None, rows: list[dict[str, Any]] | None) -> Path:
     import torch.distributed.checkpoint as dcp  # slow to import: only when a run saves
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -126,6 +145,8 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
                 "save_seconds": round(time.perf_counter() - began, 3), "files": files}
         if frozen is not None:
             meta["frozen_sha256"] = frozen
+        if rows is not None:
+            meta["metrics"] = rows
         (partial / manifest.META).write_text(json.dumps(meta, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
@@ -201,7 +222,7 @@ def usable(run: Path, env: DistEnv) -> Path:
     found = complete(run)
     if not found:
         raise CheckpointError(f"{run} holds no complete checkpoint to resume from (checkpoints are written every "
-                              "train.checkpoint_every steps and at a graceful stop); start a new run without --resume")
+                              "train.run.checkpoint_every steps and at a graceful stop); start a new run without --resume")
     skipped: list[tuple[str, str]] = []
     for candidate in reversed(found):
         problems = _agreed(_problem(candidate, env), env)

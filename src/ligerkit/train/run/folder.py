@@ -1,11 +1,13 @@
 """The run folder: everything a run leaves behind, in one place, and nothing lost on a re-run.
 
 Every run writes under a folder of its own: by default a new one under ``runs/<config name>/``,
-named by its start time; an explicit ``train.output_dir`` that already holds a run is refused unless
+named by its start time; an explicit ``train.run.output_dir`` that already holds a run is refused unless
 the run is resumed. Inside: ``config.yaml`` (the resolved config), ``environment.json`` (versions and
 devices), ``liger.json`` (the kit's report and scan), ``metrics.jsonl`` (strict JSON, one line per
-step, numbered from 1 like the log, appended and flushed as it goes), ``checkpoints/``, and at the end ``loss.png`` and
-``summary.json``.
+step, numbered from 1 like the log, appended and flushed as it goes), ``checkpoints/`` (each keeping the rows of its
+steps, which a resume writes back: every step once), ``status.json`` (where the run ended: ``status.py``), and at
+the end ``loss.png`` (titled with the run's name) and ``summary.json``. A full or read-only disk at any of these
+writes is a ``StorageError`` (``storage.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import platform
 import secrets
 import time
@@ -24,7 +27,8 @@ import yaml
 
 from ligerkit.environment import installed_version
 from ligerkit.errors import RunDirError
-from ligerkit.train.run.checkpoint import complete
+from ligerkit.train.run.checkpoint import complete, read_meta
+from ligerkit.train.run.storage import storage_cause, storage_error, writing
 from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE
 
 MARKERS = (CONFIG_FILE, METRICS_FILE, "checkpoints")
@@ -61,8 +65,8 @@ def open_run_dir(output_dir: str | None, runs_dir: str, name: str, resume: str |
     if path.is_dir() and holds_run(path):
         saved = bool(complete(path))
         go_on = f"continue it with `ligerkit train --resume {output_dir}`, or " if saved else ""
-        raise RunDirError(f"train.output_dir {output_dir!r} already holds a run; {go_on}choose another folder (or "
-                          "leave output_dir unset for a new one under train.runs_dir)"
+        raise RunDirError(f"train.run.output_dir {output_dir!r} already holds a run; {go_on}choose another folder (or "
+                          "leave output_dir unset for a new one under train.run.runs_dir)"
                           + ("" if saved else "; it saved no checkpoint, so it cannot be resumed"))
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -89,8 +93,9 @@ def finite(value: Any) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Strict JSON (non-finite floats as null), written whole."""
-    path.write_text(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
+    """Strict JSON (non-finite floats as null), written whole; a full or read-only disk is a ``StorageError``."""
+    with writing(path.name, path.parent):
+        path.write_text(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
 WRITTEN_AT_START: tuple[str, ...] = (CONFIG_FILE, "environment.json", "liger.json", METRICS_FILE)
@@ -107,35 +112,61 @@ def write_start(path: Path, config: dict[str, Any], liger: dict[str, Any] | None
     (path / metrics_file).touch()
 
 
-def keep_metrics_through(path: Path, done: int) -> int:
-    """Keep the rows of ``metrics.jsonl`` of steps 1 to ``done`` (a resumed run writes the later ones again);
-    return how many rows stay. Rows number the steps done, from 1, as the log and the checkpoints do; a folder
-    written when they counted from 0 (it has a row of step 0) is renumbered here, so it resumes as one curve.
-    A torn last line (a write cut short: no newline) is dropped with a warning, as the resumed run writes its
-    step again; any other line that is not a row is a :class:`RunDirError`."""
+def saved_rows(checkpoint: Path) -> list[dict[str, Any]] | None:
+    """The metrics rows a checkpoint keeps (steps 1 to its own: ``checkpoint.save``); ``None`` for one saved
+    without them (an earlier release) or with rows that are not metrics rows."""
+    rows = read_meta(checkpoint).get("metrics")
+    ok = isinstance(rows, list) and all(isinstance(r, dict) and type(r.get("step")) is int for r in rows)
+    return rows if ok else None
+
+
+def keep_metrics_through(path: Path, done: int, saved: list[dict[str, Any]] | None = None) -> int:
+    """Keep the rows of ``metrics.jsonl`` of steps 1 to ``done``, each step once (a resumed run writes the later
+    ones again); return how many rows stay. ``saved`` are the rows the resumed checkpoint keeps
+    (:func:`saved_rows`): they are the rows of their steps, whatever the file lost (a torn or cut line) or holds
+    twice; the file fills the steps they lack. The file is rewritten whole or not at all (a temporary file, then
+    a rename). Rows number the steps done, from 1, as the log and the checkpoints do; a folder written when they
+    counted from 0 (it has a row of step 0) is renumbered here, so it resumes as one curve. A torn last line (a
+    write cut short: no newline) is dropped with a warning, as the resumed run writes its step again; any other
+    line that is not a row is a :class:`RunDirError`, unless the checkpoint's rows stand for it."""
     file = path / METRICS_FILE
-    if not file.is_file():
+    if not file.is_file() and saved is None:
         return 0
-    whole, _, torn = file.read_bytes().rpartition(b"\n")
+    whole, _, torn = file.read_bytes().rpartition(b"\n") if file.is_file() else (b"", b"", b"")
     if torn:
         logging.getLogger("ligerkit.train").warning(
-            "%s: its last line is torn (%d bytes, no newline), dropped; the resumed run writes that step again",
-            file, len(torn))
-    rows: list[tuple[str, dict[str, Any]]] = []
+            "%s: its last line is torn (%d bytes, no newline), dropped; %s", file, len(torn),
+            "its step comes back from the checkpoint or is trained again" if saved is not None
+            else "the resumed run writes that step again")
+    rows: list[dict[str, Any]] = []
     for number, line in enumerate(whole.decode("utf-8", errors="replace").split("\n") if whole else [], 1):
         try:
             row = json.loads(line) if line.strip() else None
         except ValueError:
             row = {}
         if row is not None and not (isinstance(row, dict) and type(row.get("step")) is int):
+            if saved is not None:
+                logging.getLogger("ligerkit.train").warning("%s:%d is not a metrics row, dropped; its step comes "
+                                                            "back from the checkpoint or is trained again", file, number)
+                continue
             raise RunDirError(f"{file}:{number} is not a metrics row ({line[:80]!r}); delete or repair that line, "
                               "then resume again (rows from the resumed checkpoint on are rewritten anyway)")
         if row is not None:
-            rows.append((line, row))
-    if any(row["step"] == 0 for _, row in rows):  # counted from 0: step i there is step i + 1 here
-        rows = [(json.dumps({**row, "step": row["step"] + 1}), {**row, "step": row["step"] + 1}) for _, row in rows]
-    kept = [line for line, row in rows if row["step"] <= done]
-    file.write_text("".join(line + "\n" for line in kept))
+            rows.append(row)
+    if saved is None and any(row["step"] == 0 for row in rows):  # counted from 0: step i there is step i + 1 here
+        rows = [{**row, "step": row["step"] + 1} for row in rows]
+    by_step = {row["step"]: row for row in reversed(rows) if 1 <= row["step"] <= done}  # the first row of a step
+    by_step.update({row["step"]: row for row in saved or [] if 1 <= row["step"] <= done})
+    kept = [json.dumps(finite(by_step[n]), allow_nan=False) + "\n" for n in sorted(by_step)]
+    missing = sorted(set(range(1, done + 1)) - set(by_step))
+    if missing:  # only where the checkpoint keeps no rows (an earlier release saved it) and the file lost some
+        logging.getLogger("ligerkit.train").warning(
+            "%s lacks the rows of steps %s, and the checkpoint it resumes from keeps none to write them again",
+            file, ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else ""))
+    tmp = file.with_name(f".{METRICS_FILE}.tmp")
+    with writing(f"the kept rows of {METRICS_FILE}", path):
+        tmp.write_text("".join(kept))
+        os.replace(tmp, file)
     return len(kept)
 
 
@@ -145,22 +176,32 @@ def metrics_rows(path: Path, through: int) -> list[dict[str, Any]]:
 
 
 def _all_rows(path: Path) -> list[Any]:
+    """Every line of ``metrics.jsonl`` that reads as JSON (a torn or damaged line is no row: left out)."""
     file = path / METRICS_FILE
-    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.is_file() else []
+    rows = []
+    for line in file.read_text(errors="replace").splitlines() if file.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
-def plot_losses(path: Path) -> Path | None:
-    """``loss.png`` from ``metrics.jsonl`` (``None`` when there is nothing to plot, or it could not be
-    drawn: a full or read-only disk is a warning here, never raised over the error that ended a run)."""
+def plot_losses(path: Path, name: str | None = None, strict: bool = False) -> Path | None:
+    """``loss.png`` from ``metrics.jsonl``, titled with the run's ``name`` and its folder (``None`` when there is
+    nothing to plot, or it could not be drawn). A failure is a warning, never raised over the error that ended a
+    run; with ``strict`` (the run ended well) a full, read-only or unwritable disk is a :class:`StorageError`."""
     try:
-        return _plot(path)
-    except Exception as exc:  # noqa: BLE001 (the plot is a convenience: any failure of it is only reported)
+        return _plot(path, name)
+    except Exception as exc:  # the plot is a convenience: any other failure of it is only reported
+        if strict and storage_cause(exc) is not None:
+            raise storage_error(storage_cause(exc), "the loss plot (every step is in metrics.jsonl)", path) from exc
         logging.getLogger("ligerkit.train").warning("could not write %s (%s: %s); metrics.jsonl holds every step",
                                                     path / "loss.png", type(exc).__name__, exc)
         return None
 
 
-def _plot(path: Path) -> Path | None:
+def _plot(path: Path, name: str | None) -> Path | None:
     points = [(r["step"], r["loss"]) for r in _all_rows(path) if r.get("loss") is not None]
     if not points:
         return None
@@ -171,7 +212,7 @@ def _plot(path: Path) -> Path | None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(*zip(*points, strict=True))
-    ax.set(xlabel="step", ylabel="loss", title=path.name)
+    ax.set(xlabel="step", ylabel="loss", title=f"{name}: loss per step\n{path.name}" if name else path.name)
     fig.tight_layout()
     fig.savefig(path / "loss.png", dpi=100)
     plt.close(fig)

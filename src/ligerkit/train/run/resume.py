@@ -10,9 +10,10 @@ anything is built or written:
   except for the keys in :data:`SAFE_TO_CHANGE`, which do not change what training computes. Any
   other difference is a :class:`ResumeConfigError` listing each key with both values and the command
   that starts a new run from the checkpoint's weights instead (``--init-from``);
-- **room to go**: a run whose newest intact checkpoint already holds every one of ``train.steps``
-  steps, or that finished without any checkpoint, is refused before any of its files is touched
-  (raise ``train.steps`` to train longer);
+- **room to go**: a run that finished without any checkpoint is refused here; one that finished
+  (``status.py``: whatever its newest checkpoint), or whose newest intact checkpoint already holds every
+  one of ``train.steps`` steps, once that checkpoint is found (:func:`check_room`); either before any of
+  its files is touched (raise ``train.steps`` to train longer);
 - **one process per run folder** (:func:`lock`): an advisory lock on ``RUN/.lock`` that the operating
   system releases when the process ends, however it ends; a second ``--resume`` of a live run is refused.
 """
@@ -23,7 +24,7 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,9 +32,11 @@ import yaml
 
 import ligerkit.train.distributed as D
 from ligerkit.errors import CheckpointError, LigerKitError, ResumeConfigError
+from ligerkit.train.config.origin import given_by
 from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE, RUN_RECORD
 from ligerkit.train.run.checkpoint import complete, load_weights, step_of, weights_source
 from ligerkit.train.run.folder import WRITTEN_AT_START, RunDirError, open_run_dir
+from ligerkit.train.run import status
 from ligerkit.train.run.manifest import META
 
 log = logging.getLogger("ligerkit.train")
@@ -45,19 +48,19 @@ FORMAT = 2
 
 SAFE_TO_CHANGE: dict[str, str] = {
     "train.steps": "train longer (or stop sooner) than first planned",
-    "train.stop_after_steps": "when this process stops",
-    "train.checkpoint_every": "how often checkpoints are saved",
-    "train.keep_checkpoints": "how many checkpoints are kept",
-    "train.log_every": "how often a step is logged",
-    "train.progress": "the progress bar",
-    "train.summary_warmup_steps": "which steps the speed summary leaves out",
-    "train.peak_tflops": "the peak used for MFU",
-    "train.runs_dir": "where new run folders go (a resumed run stays in its folder)",
+    "train.run.stop_after_steps": "when this process stops",
+    "train.run.checkpoint_every": "how often checkpoints are saved",
+    "train.run.keep_checkpoints": "how many checkpoints are kept",
+    "train.run.log_every": "how often a step is logged",
+    "train.run.progress": "the progress bar",
+    "train.run.summary_warmup_steps": "which steps the speed summary leaves out",
+    "train.run.peak_tflops": "the peak used for MFU",
+    "train.run.runs_dir": "where new run folders go (a resumed run stays in its folder)",
     "train.activation_checkpointing": "whether layers are recomputed in backward: the same loss and gradients, "
                                       "less memory (a run out of memory resumes with it on)",
-    "train.recompute_glu_product": "whether Liger's gated-activation products are recomputed in backward: the same "
+    "train.memory.recompute_glu_product": "whether Liger's gated-activation products are recomputed in backward: the same "
                                    "loss and gradients bit for bit, less memory",
-    "train.recompute_norm_output": "whether Liger's RMSNorm outputs are recomputed in backward: the same loss and "
+    "train.memory.recompute_norm_output": "whether Liger's RMSNorm outputs are recomputed in backward: the same loss and "
                                    "gradients bit for bit (checked on the first forward), less memory",
 }
 """Keys a resume may change, with why they do not change what training computes."""
@@ -118,24 +121,27 @@ def _norm(key: str, value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def check_config(run: Path, now: dict[str, Any]) -> None:
+def check_config(run: Path, now: dict[str, Any], overrides: Sequence[str] = ()) -> None:
     """Refuse (``ResumeConfigError``) a resume of ``run`` whose resolved config ``now`` differs from the
-    one it recorded in a key outside :data:`SAFE_TO_CHANGE` (both read through the current schema)."""
-    from ligerkit.train.config import RecipeConfig
+    one it recorded in a key outside :data:`SAFE_TO_CHANGE` (both read through the current schema); a key
+    one of the ``--set`` lines ``overrides`` gave is named with that line."""
+    from ligerkit.train.config import RecipeConfig, recorded_config
 
     init = f"ligerkit train CONFIG --init-from {run}"
     try:
-        before = RecipeConfig.model_validate(recorded(run), context={"recorded": True}).model_dump(mode="json")
+        before = RecipeConfig.model_validate(recorded_config(recorded(run), str(run))).model_dump(mode="json")
     except Exception as exc:  # noqa: BLE001 (pydantic's ValidationError, or a type error in old data)
         raise ResumeConfigError(f"the config {run} trained with no longer validates ({exc}); start a new run from "
                                 f"its weights: {init}") from None
-    out = now["train"].get("output_dir")
+    out = now["train"]["run"].get("output_dir")
     if out is not None and Path(out).resolve() == run.resolve():  # names the resumed folder itself
-        now = {**now, "train": {**now["train"], "output_dir": before["train"].get("output_dir")}}
+        run_keys = {**now["train"]["run"], "output_dir": before["train"]["run"].get("output_dir")}
+        now = {**now, "train": {**now["train"], "run": run_keys}}
     diffs = differences(before, now)
     if not diffs:
         return
-    lines = "\n".join(f"  {k}: {_show(a)} in the run, {_show(b)} now" for k, a, b in diffs)
+    lines = "\n".join(f"  {k}: {_show(a)} in the run, {_show(b)} now"
+                      + (f" (from --set {given_by(k, overrides)})" if given_by(k, overrides) else "") for k, a, b in diffs)
     instead = (f"or start a new run from its newest checkpoint's weights: {init}" if _same_trainable(before, now) else
                "or start a new run without --init-from: a checkpoint holds the weights its run trained (the adapters "
                "of a train.lora run, every weight otherwise), which another train.lora setting (on or off, another "
@@ -179,13 +185,15 @@ def _show(value: Any) -> str:
 def check_finished_without_checkpoints(run: Path) -> None:
     """Refuse, before anything is built, a resume of a run that finished without saving a checkpoint."""
     if not complete(run) and (run / "summary.json").is_file():
-        raise RunDirError(f"{run} finished and saved no checkpoint (train.checkpoint_every was unset), so there is "
-                          "nothing to continue from; start a new run (set train.checkpoint_every to be able to "
+        raise RunDirError(f"{run} finished and saved no checkpoint (train.run.checkpoint_every was unset), so there is "
+                          "nothing to continue from; start a new run (set train.run.checkpoint_every to be able to "
                           "resume one)")
 
 
 def check_room(run: Path, checkpoint: Path, steps: int) -> None:
-    """Refuse a resume from ``checkpoint`` (the newest intact one) that has no step left to train."""
+    """Refuse a resume to ``steps`` steps that has no step left to train: of a run that finished
+    (``status.check_unfinished``: whatever its newest checkpoint), or from ``checkpoint`` (the newest intact one)."""
+    status.check_unfinished(run, steps, flat(recorded(run)).get("train.steps"))
     done = step_of(checkpoint) or 0
     if done >= steps:
         raise RunDirError(f"{run} has trained all {done} of its steps (checkpoint {checkpoint.name}); nothing was "
@@ -246,7 +254,7 @@ def lock(run: Path) -> IO[str]:
 
 
 def open_run(output_dir: str | None, runs_dir: str, name: str, resume: str | None, env: D.DistEnv,
-             resolved: Callable[[], dict[str, Any]]) -> tuple[Path, IO[str] | None]:
+             resolved: Callable[[], dict[str, Any]], overrides: Sequence[str] = ()) -> tuple[Path, IO[str] | None]:
     """Rank 0 opens the run folder (a new one, or ``resume`` after :func:`check_config` and
     :func:`check_finished_without_checkpoints`) and locks it; every rank gets the path, or raises rank
     0's refusal (no rank waits for a folder that will never come). Returns the path and the lock."""
@@ -257,7 +265,7 @@ def open_run(output_dir: str | None, runs_dir: str, name: str, resume: str | Non
             path = open_run_dir(output_dir, runs_dir, name, resume)
             handle = lock(path)  # before any check: two resumes of one folder cannot both pass
             if resume is not None:
-                check_config(path, resolved())
+                check_config(path, resolved(), overrides)
                 check_finished_without_checkpoints(path)
             outcome = ("ok", str(path))
         except LigerKitError as exc:
