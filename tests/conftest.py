@@ -79,3 +79,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_terminal_size_from_the_runner():
+    """Output is judged as a pipe or a log file sees it: pytest-xdist's workers export ``COLUMNS=80`` and
+    ``LINES=24``, which would wrap every CLI line; a test that wants a width passes ``COLUMNS`` itself.
+    (Session-wide and without ``monkeypatch``, so the leak guard's patches are undone in their order.)"""
+    import os
+
+    saved = {name: os.environ.pop(name) for name in ("COLUMNS", "LINES") if name in os.environ}
+    yield
+    os.environ.update(saved)

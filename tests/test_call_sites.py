@@ -160,6 +160,30 @@ def test_the_official_route_reports_a_call_site_difference():
     assert "IndexerAttention.forward" in line and "unsqueeze_dim=2" in line and not found.probed
 
 
+def test_calls_are_recorded_on_a_cpu_with_another_swap_already_made_in_the_module(monkeypatch):
+    """An earlier module of an official route binds Liger's rotary (a Triton kernel, which a CPU cannot
+    run): the norm's calls are still recorded, the rotary running as its reference, and the binding
+    is Liger's again after the run."""
+    monkeypatch.setattr(M, "apply_rotary_pos_emb", liger_rotary_pos_emb)
+    result = call_sites.call_sites(M.SitesRMSNorm, by_name("LigerRMSNorm"), M, M.CallSitesConfig())
+    assert result.verdict == "match" and result.calls == 7, result.summary()
+    assert M.apply_rotary_pos_emb is liger_rotary_pos_emb
+
+
+def test_the_stand_ins_put_every_binding_back_whatever_is_raised():
+    from ligerkit.probe.stand_ins import liger_stand_ins
+
+    namespace = {"rope": liger_rotary_pos_emb, "other": len}
+    module = type(M)("stand_in_test")
+    vars(module).update(namespace)
+    with pytest.raises(RuntimeError), liger_stand_ins(module):
+        assert module.rope is by_name("liger_rotary_pos_emb").reference and module.other is len
+        raise RuntimeError("mid-way")
+    assert module.rope is liger_rotary_pos_emb
+    with liger_stand_ins(module, active=False):
+        assert module.rope is liger_rotary_pos_emb
+
+
 def test_a_whole_model_that_cannot_run_leaves_the_calls_unproven():
     from toy_models import modeling_no_top as N
 

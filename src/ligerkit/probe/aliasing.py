@@ -21,7 +21,6 @@ be built or run, or never uses the symbol, the verdict is *unproven*, never safe
 from __future__ import annotations
 
 import functools
-import inspect
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from ligerkit.naming import qualified_name
 from ligerkit.probe import runnable, verdict_cache
 from ligerkit.probe.emulate import emulated_module_forward, emulated_rotary
 from ligerkit.probe.runnable import Runnable, Unrunnable, no_class_caches, runnable_model
+from ligerkit.probe.stand_ins import liger_stand_ins
 from ligerkit.probe.training_form import current_form
 from ligerkit.probe.top_model import config_fingerprint
 
@@ -129,41 +129,6 @@ def _emulating(run: Runnable, source: object, module: types.ModuleType, in_place
     else:
         with _rebound(module, source, functools.partial(emulated_rotary, source, in_place)):
             yield
-
-
-def _catalog_entry(obj: object) -> Any:
-    from ligerkit.probe.catalog import lookup
-
-    for cls in getattr(obj, "__mro__", (obj,)):
-        entry = lookup(cls)
-        if entry is not None:
-            return entry
-    return None
-
-
-@contextmanager
-def _liger_on_cpu(module: types.ModuleType) -> Iterator[Callable[[nn.Module], None]]:
-    """Liger objects the module already binds (another kit's or an earlier module's swaps) run as the
-    catalog's reference math for the block, so the probe model runs on a CPU. Yields a function that
-    does the same for the Liger module instances of a built model."""
-    functions = {name: _catalog_entry(value) for name, value in list(vars(module).items())
-                 if inspect.isfunction(value) and (value.__module__ or "").startswith("liger_kernel")}
-    functions = {name: entry for name, entry in functions.items() if entry is not None}
-    namespace = vars(module)
-    saved = {name: namespace[name] for name in functions}
-
-    def instances(model: nn.Module) -> None:
-        for m in model.modules():
-            entry = _catalog_entry(type(m)) if type(m).__module__.startswith("liger_kernel") else None
-            if entry is not None and entry.kind != "rope":
-                m.forward = functools.partial(entry.reference, m)
-
-    try:
-        for name, entry in functions.items():
-            namespace[name] = entry.reference
-        yield instances
-    finally:
-        namespace.update(saved)
 
 
 def _gradients(run: Runnable, source: object, module: types.ModuleType, in_place: bool) -> dict[str, torch.Tensor]:
@@ -260,7 +225,7 @@ def _detect(source: object, module: types.ModuleType, config: Any, device: str) 
 def _detect_in(source: object, module: types.ModuleType, config: Any, device: str) -> AliasingResult:
     name, form = qualified_name(source), current_form()
     as_trained = f", as it trains: {form.key}" if form else ""
-    with _liger_on_cpu(module) as stand_ins:
+    with liger_stand_ins(module) as stand_ins:
         @contextmanager
         def watch(model: nn.Module) -> Iterator[Callable[[], bool]]:
             stand_ins(model)

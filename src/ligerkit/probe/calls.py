@@ -35,6 +35,7 @@ from ligerkit.naming import qualified_name, stands_for
 from ligerkit.probe import verdict_cache
 from ligerkit.probe.call_text import bound_call, describe, instance_state, site_of
 from ligerkit.probe.runnable import NeverUsed, Unrunnable, no_class_caches, runnable_model
+from ligerkit.probe.stand_ins import liger_stand_ins
 from ligerkit.probe.top_model import config_fingerprint
 
 __all__ = ["Recording", "Signature", "Unseen", "bare_copy", "constructions", "recorded_calls", "recording"]
@@ -129,10 +130,8 @@ class _Recorder:
             signature = inspect.signature(stands_for(target))
         except (TypeError, ValueError):
             signature = None
-        named = bound_call(signature, args, kwargs)
-        text = ", ".join(f"{n}={describe(v)}" for n, v in named)
-        key = text
-        constructed = None
+        text = ", ".join(f"{n}={describe(v)}" for n, v in bound_call(signature, args, kwargs))
+        key, constructed = text, None
         if instance is not None:
             constructed = self.constructed(instance)
             state = self._states.get(id(instance))
@@ -278,11 +277,13 @@ def _record(source: object, symbols: list[object], module: types.ModuleType, con
 
     @contextmanager
     def watch(model: nn.Module) -> Iterator[Callable[[], bool]]:
+        stand_ins(model)
         with recording(module, symbols, made, model) as (recorder, called):
             last[:] = [recorder]
             yield lambda: id(source) in called
 
-    with no_class_caches(module), constructions([s for s in symbols if isinstance(s, type)]) as made:
+    with no_class_caches(module), constructions([s for s in symbols if isinstance(s, type)]) as made, \
+            liger_stand_ins(module, active=torch.device(device).type == "cpu") as stand_ins:  # swaps made there
         try:
             run = runnable_model(module, config, watch, device=device, symbol=qualified_name(source))
         except NeverUsed as exc:
