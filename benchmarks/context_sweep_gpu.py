@@ -8,7 +8,10 @@ finish; rerunning with the same ``--out`` resumes the search, so the sweep fits 
 command (``--deadline`` seconds: no trial starts after it).
 
     python benchmarks/context_sweep_gpu.py --out $OUT/context.jsonl [--recipe qwen3] \
-        [--arms eager,liger,liger_fused] [--start 4096] [--limit 1048576] [--deadline 540]
+        [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540]
+
+An arm is a bench arm, or one with memory variants (``ligerkit.proof.context_sweep.VARIANTS``: ``+ckpt``
+checkpoints each layer, ``+offload`` also keeps its input in host memory).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
 from ligerkit.proof.bench import arm_overrides
-from ligerkit.proof.context_sweep import Trial, next_length, summary, to_markdown
+from ligerkit.proof.context_sweep import Trial, arm_spec, next_length, recommendation, summary, to_markdown
 from ligerkit.proof.fits import does_not_fit
 
 
@@ -30,17 +33,18 @@ def length_lines(seq_len: int) -> list[str]:
             "train.micro_batch_size=1", f"model.config.max_position_embeddings={max(seq_len, 40960)}"]
 
 
-def run_trial(config: Path, arm: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
-    """One arm at one length: fits (with its peak memory and tokens/s) or not (with why)."""
+def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
+    """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory and tokens/s) or not (why)."""
+    arm, variant_lines = arm_spec(spec)
     try:
-        run = default_runner()(config, arm_overrides(arm, [*extra, *length_lines(seq_len)], steps))
+        run = default_runner()(config, arm_overrides(arm, [*extra, *variant_lines, *length_lines(seq_len)], steps))
     except ArmFailedError as exc:
         why = does_not_fit(str(exc))
         if why is None:
             raise
-        return Trial(arm, seq_len, False, why)
+        return Trial(spec, seq_len, False, why)
     row = summarize(run, min(1, steps - 1))
-    return Trial(arm, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"))
+    return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"))
 
 
 def main() -> None:
@@ -54,6 +58,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--deadline", type=float, default=540, help="seconds after which no trial starts")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
     args = parser.parse_args()
     began = time.monotonic()
     config = resolve_config(args.recipe)
@@ -61,6 +66,8 @@ def main() -> None:
     trials = [Trial(**json.loads(line)) for line in out.read_text().splitlines() if line.strip()] \
         if out.exists() else []
     arms = args.arms.split(",")
+    for spec in arms:
+        arm_spec(spec)  # every arm named before the first trial
     done = True
     for arm in arms:
         while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
@@ -77,9 +84,13 @@ def main() -> None:
                   flush=True)
         if not done:
             break
-    result = summary(trials, arms)
-    out.with_suffix(".summary.json").write_text(json.dumps({"complete": done, "arms": result}, indent=2))
-    print(to_markdown(result))
+    reference = args.reference or arms[0]
+    result = summary(trials, arms, reference)
+    advice = recommendation(result, reference)
+    out.with_suffix(".summary.json").write_text(json.dumps({"complete": done, "reference": reference, "arms": result,
+                                                            "recommendation": advice}, indent=2))
+    print(to_markdown(result, reference))
+    print(advice)
     print("complete" if done else "stopped at the deadline: rerun the same command to continue")
 
 

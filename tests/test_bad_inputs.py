@@ -143,8 +143,11 @@ def test_a_float_written_the_yaml_way_gets_a_hint():
 
 
 def test_a_switch_that_is_not_true_or_false_says_what_it_got_and_what_to_write():
-    with pytest.raises(ConfigError, match=r"train.activation_checkpointing: .*\(got 'full'\); write true or false"):
+    with pytest.raises(ConfigError, match=r"train.activation_checkpointing: .*write true, false or offload "
+                                          r"\(got 'full'\)$"):
         load_recipe_config(QWEN3_CPU, ["train.activation_checkpointing=full"])
+    with pytest.raises(ConfigError, match=r"train.deterministic: .*\(got 'full'\); write true or false"):
+        load_recipe_config(QWEN3_CPU, ["train.deterministic=full"])
 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=[f"{p.parts[-3]}-{p.stem}" for p in SHIPPED])

@@ -54,3 +54,32 @@ def test_the_summary_gives_each_arms_longest_fit_against_eager():
     assert result["eager"]["longest_fit"] == 4096 and result["eager"]["shortest_miss"] == 8192
     assert result["fused"]["vs_eager"] == 4.0 and result["fused"]["peak_mem_gib"] == 30.0
     assert "| fused | 16384 | 4.00x | 32768 | out of memory | 30.0 | 5 |" in to_markdown(result)
+
+
+def test_a_sweep_arm_is_a_bench_arm_with_memory_variants_and_a_bad_one_names_the_choices():
+    from ligerkit.proof.context_sweep import arm_spec
+
+    assert arm_spec("eager") == ("eager", ())
+    assert arm_spec("liger_fused+offload") == ("liger_fused", ("train.activation_checkpointing=offload",))
+    assert arm_spec("eager+ckpt") == ("eager", ("train.activation_checkpointing=true",))
+    with pytest.raises(LigerKitError, match="the arms are eager, liger"):
+        arm_spec("ligr+offload")
+    with pytest.raises(LigerKitError, match="the variants are ckpt, offload"):
+        arm_spec("liger_fused+offlaod")
+    with pytest.raises(LigerKitError, match="sets train.activation_checkpointing twice"):
+        arm_spec("liger_fused+ckpt+offload")
+
+
+def test_the_recommendation_names_the_longest_arm_and_its_tokens_per_second_beside_eagers():
+    from ligerkit.proof.context_sweep import recommendation
+
+    trials = [Trial("eager+ckpt", 8192, True, tokens_per_s=900.0), Trial("eager+ckpt", 16384, False, "out of memory"),
+              Trial("liger_fused+offload", 98304, True, tokens_per_s=610.0),
+              Trial("liger_fused+offload", 131072, False, "out of memory"),
+              Trial("liger_fused", 65536, True, tokens_per_s=800.0), Trial("liger_fused", 98304, False, "oom")]
+    result = summary(trials, ["eager+ckpt", "liger_fused", "liger_fused+offload"], reference="eager+ckpt")
+    assert recommendation(result, "eager+ckpt") == (
+        "longest: liger_fused+offload fits 98,304 tokens (12.00x eager+ckpt's 8,192), at 610 tokens/s there "
+        "(eager+ckpt: 900 tokens/s at its longest)")
+    assert recommendation(summary([Trial("eager", 4096, False, "oom")], ["eager"])) == \
+        "no arm fit at the start length"

@@ -111,3 +111,22 @@ def test_replacement_must_be_callable(bad_replacement):
 
     with pytest.raises(InvalidPatchError):
         LigerPatch(ENC, "EncoderRMSNorm", bad_replacement)
+
+
+def test_liger_s_tiled_mlps_are_proven_like_every_swap_and_refused_on_the_wrong_activation(kit):
+    """The long-sequence MLPs are never suggested (the catalog's non-primary entries) but a map may name
+    them: probed on the whole model's calls like any swap, refused where the activation differs."""
+    from liger_kernel.transformers.tiled_mlp import LigerTiledGEGLUMLP, LigerTiledSwiGLUMLP
+    from transformers.models.qwen3 import modeling_qwen3 as qwen3
+
+    from ligerkit.errors import ProbeMismatchError
+
+    name, original = qwen3.__name__, qwen3.Qwen3MLP
+    with pytest.raises(ProbeMismatchError, match="requires GELU activation, got silu"):
+        kit.apply(model_family="qwen3_tiled", custom_patches={"swiglu": LigerPatch(name, "Qwen3MLP", LigerTiledGEGLUMLP)})
+    assert qwen3.Qwen3MLP is original
+    report = kit.apply(model_family="qwen3_tiled",
+                       custom_patches={"swiglu": LigerPatch(name, "Qwen3MLP", LigerTiledSwiGLUMLP)})
+    assert qwen3.Qwen3MLP is LigerTiledSwiGLUMLP
+    (probed,) = report.applications[0].probed
+    assert "LigerTiledSwiGLUMLP: match on every call the whole model makes" in probed, probed

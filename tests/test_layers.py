@@ -20,7 +20,7 @@ LAYERS = {
     "ligerkit.probe": 2, "ligerkit.compile": 2,
     "ligerkit.kit": 3,
     "ligerkit.loss": 4, "ligerkit.suggest": 4, "ligerkit.plan": 4,
-    "ligerkit.train": 5, "ligerkit.engine": 5,
+    "ligerkit.train": 5,
     "ligerkit.integrations": 6, "ligerkit.proof": 6,
     "ligerkit.cli": 7, "ligerkit.__main__": 7,
 }
@@ -132,3 +132,46 @@ assert "ligerkit.probe.call_sites" in loaded()
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _edges(name: str, path: Path, known: set[str]) -> set[str]:
+    """The ligerkit modules ``name`` imports, anywhere in it (in functions too: a lazy import never hides a
+    circle), leaving out imports under ``if TYPE_CHECKING:`` (they never run)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for sub in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def test_no_module_imports_its_way_back_to_itself():
+    modules = dict(_modules())
+    graph = {name: _edges(name, path, set(modules)) for name, path in modules.items()}
+    circles = []
+    for start in graph:  # a depth-first walk from each module; a path that returns to it is a circle
+        stack = [(start, [start])]
+        seen = set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.append(" -> ".join([*trail, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not circles, circles[:5]

@@ -111,7 +111,7 @@ def test_a_resume_refused_for_a_changed_key_names_the_set_that_changed_it(tmp_pa
 
 # --- suggest's --set values are held to the config rule ------------------------------------------------
 
-@pytest.mark.parametrize("item", ["hidden_size=-8", "intermediate_size=0", "head_dim=2.5",
+@pytest.mark.parametrize("item", ["hidden_size=-8", "intermediate_size=0", "head_dim=2.5", "hidden_size=true",
                                   "num_hidden_layers=20000", "hidden_size=abc"])
 def test_suggest_refuses_a_size_that_is_not_one_naming_the_set(item):
     result = runner.invoke(app, ["suggest", VENDORED, "--set", item])
@@ -196,3 +196,11 @@ def test_a_shipped_smoke_picture_is_what_smoke_draws_now_from_its_record(record,
 
     drawn = save(smoke_figure(read_record(record)), tmp_path / "smoke.png")
     assert _png_size(record.with_name("smoke.png")) == _png_size(drawn)
+
+
+def test_a_switch_named_like_a_count_stays_a_switch_and_a_width_never_is():
+    from ligerkit.sizes import size_problem
+
+    assert size_problem("model.config.tie_word_embeddings", True) is None
+    assert size_problem("hidden_size", True) == "True is not a size; it must be a positive integer"
+    assert size_problem("num_attention_heads", False) is not None

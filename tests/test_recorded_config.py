@@ -100,6 +100,13 @@ def test_reading_leaves_its_input_alone_and_refuses_a_key_given_twice():
     assert read_recorded(today) == today
 
 
+def test_the_earlier_model_path_key_reads_as_pretrained_path_only_from_a_recording():
+    new = read_recorded({"model": {"family": "qwen3", "pretrained_model_name_or_path": "ckpt"}, "train": {}})
+    assert new["model"] == {"family": "qwen3", "pretrained_path": "ckpt"}
+    with pytest.raises(ValueError, match="keep only model.pretrained_path"):
+        read_recorded({"model": {"pretrained_model_name_or_path": "a", "pretrained_path": "b"}})
+
+
 @pytest.mark.parametrize("train, liger, compiled", [
     ({"compile": False}, True, "off"),
     ({"compile": True}, True, "ops"),

@@ -86,6 +86,27 @@ def test_a_finished_run_with_an_older_checkpoint_is_refused_untouched_by_the_com
     assert files_of(copy) == before
 
 
+def test_the_refusal_comes_before_anything_is_built_or_announced_and_leaves_the_lock_file_alone(copy, caplog):
+    lock = copy / ".lock"
+    lock.write_text("12345")
+    os.utime(lock, (1_000_000, 1_000_000))
+    engine = load_engine(copy / "config.yaml")
+    with caplog.at_level("INFO", logger="ligerkit"), pytest.raises(RunDirError, match="trained all 6 of its steps"):
+        Trainer(engine, copy).train(torch.device("cpu"))
+    assert engine.model is None  # refused with the folder opened, before the model was built
+    assert "run folder" not in caplog.text
+    assert lock.read_text() == "12345" and lock.stat().st_mtime == 1_000_000
+
+
+def test_an_init_from_that_names_no_checkpoint_is_refused_before_a_folder_is_made(tmp_path, caplog):
+    from ligerkit.errors import CheckpointError
+
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.steps=1", f"train.run.output_dir={tmp_path / 'runs' / 'new'}"])
+    with caplog.at_level("INFO", logger="ligerkit"), pytest.raises(CheckpointError, match="--init-from"):
+        Trainer(engine, init_from=tmp_path / "nowhere").train(torch.device("cpu"))
+    assert engine.model is None and not (tmp_path / "runs").exists() and "run folder" not in caplog.text
+
+
 def test_a_finished_run_whose_newest_checkpoint_is_before_its_end_is_refused(tmp_path):
     run = tmp_path / "run"  # checkpoint_every=100, steps=250 in small: checkpoints at 2 and 4, finished at 5
     train(QWEN3_CPU, *SETS, "train.steps=5", "train.run.checkpoint_every=2", f"train.run.output_dir={run}")

@@ -189,7 +189,7 @@ recipe: {QWEN3}
 model:
   family: qwen3
   source: pretrained
-  pretrained_model_name_or_path: {model}
+  pretrained_path: {model}
 data: {{kind: jsonl, path: {data}, text_field: body, seq_len: 16, packing: false}}
 train: {{steps: 4, global_batch_size: 4, micro_batch_size: 2, optim: {{lr: 1.0e-3}}, run: {{progress: false, output_dir: {tmp_path / 'run'}}}}}
 """)

@@ -2,7 +2,7 @@
 
 The shared path reverts every swap its call applied when the build, a step or the scan raises, and keeps
 the swaps applied before it; the set-up runs the recipe's hooks in the trainer's order; ``load_model``,
-``plan``, the trainer and the proofs all go through them; ``RecipeEngine.setup_model`` is the alias.
+``plan``, the trainer and the proofs all go through them.
 """
 
 from __future__ import annotations

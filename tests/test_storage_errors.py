@@ -57,6 +57,17 @@ def test_disk_full_at_a_checkpoint_is_a_storage_error_and_no_half_checkpoint_sta
     assert json.loads((run / "status.json").read_text())["state"] == "failed"
 
 
+def test_a_run_with_no_complete_checkpoint_is_not_sent_to_resume(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    cause = OSError(errno.ENOSPC, "No space left on device", str(run / "metrics.jsonl"))
+    message = str(storage_error(cause, "the metrics row of step 1", run))
+    assert "holds no complete checkpoint to resume from, so start the run again" in message
+    assert "--resume" not in message
+    (run / "checkpoints" / "step_0000002").mkdir(parents=True)
+    assert f"--resume {run}" in str(storage_error(cause, "the metrics row of step 3", run))
+
+
 def test_the_command_line_prints_it_without_a_traceback(tmp_path, full_at_second_save, monkeypatch):
     import logging
 
@@ -90,7 +101,8 @@ def test_the_plot_of_a_run_that_ended_well_is_a_storage_error_and_never_hides_an
         raise OSError(errno.ENOSPC, "No space left on device", "loss.png")
 
     monkeypatch.setattr(Figure, "savefig", full)
-    with pytest.raises(StorageError, match=r"the loss plot \(every step is in metrics\.jsonl\)"):
+    with pytest.raises(StorageError, match=r"the loss plot \(loss\.png\).*every step trained and is in .*"
+                                           r"metrics\.jsonl: there is nothing to resume$"):
         train(f"train.run.output_dir={tmp_path / 'ok'}")
     assert len((tmp_path / "ok" / "metrics.jsonl").read_text().splitlines()) == 4
     with pytest.raises(NonFiniteError):  # the run's own error, not the plot's

@@ -15,6 +15,7 @@ from typing import Any
 
 SIZE_SUFFIXES = ("_size", "_dim", "_layers", "_heads", "vocab_size", "_experts", "_embeddings")
 COUNT_SUFFIXES = ("_layers", "_experts")
+WIDTH_SUFFIXES = ("_size", "_dim", "_heads")  # never a switch: true or false there is a mistake
 MAX_COUNT = 10_000
 """Beyond this many layers or experts, building a config alone takes seconds to minutes; the deepest trained
 models have a few hundred layers, the widest a few hundred experts."""
@@ -24,8 +25,8 @@ def size_problem(key: str, value: Any) -> str | None:
     """What is wrong with ``value`` for the config key ``key`` (a dotted path ends with the key), or ``None``:
     a size-like key whose value is not a positive integer, or a count over :data:`MAX_COUNT`."""
     name = key.rsplit(".", 1)[-1]
-    if isinstance(value, bool):  # a switch named like a size (tie_word_embeddings, copy_layers): not a size
-        return None
+    if isinstance(value, bool):  # a switch named like a count (tie_word_embeddings, copy_layers): not a size;
+        return f"{value!r} is not a size; it must be a positive integer" if name.endswith(WIDTH_SUFFIXES) else None
     if not name.endswith(SIZE_SUFFIXES) or value is None or isinstance(value, (dict, list, tuple)):
         return None  # a list is not always of sizes (``no_rope_layers: [1, 0, ...]``): left to the config class
     if not isinstance(value, int) or value <= 0:

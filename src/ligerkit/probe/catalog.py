@@ -32,7 +32,7 @@ class Replacement:
     reference: Callable[..., object]
     in_place: str = ""  # what it writes in place: "", "backward" (dX into dY), "forward+backward" (rope)
     out_of_place: str | None = None  # the twin with the same math and no in-place write
-    primary: bool = True  # False for a twin: suggest and the probes reach it through its in-place entry
+    primary: bool = True  # False: never suggested (a twin, reached through its in-place entry; a tiled MLP)
 
     @property
     def obj(self) -> object:
@@ -72,6 +72,14 @@ CATALOG: tuple[Replacement, ...] = (
     Replacement("LigerGEGLUMLP", "liger_kernel.transformers.geglu:LigerGEGLUMLP", "mlp", "geglu",
                 "down(gelu_tanh(gate(x)) * up(x)), no bias (tanh GELU only)",
                 "gated MLP with tanh-approximated GELU, no bias (exact-erf GELU is not a match)", R.geglu),
+    Replacement("LigerTiledSwiGLUMLP", "liger_kernel.transformers.tiled_mlp:LigerTiledSwiGLUMLP", "mlp", "swiglu",
+                "LigerSwiGLUMLP's math over sequence tiles, each tile's MLP run again in backward",
+                "long sequences: gated MLP with SiLU, no bias (opt-in through custom_patches)", R.swiglu,
+                primary=False),
+    Replacement("LigerTiledGEGLUMLP", "liger_kernel.transformers.tiled_mlp:LigerTiledGEGLUMLP", "mlp", "geglu",
+                "LigerGEGLUMLP's math over sequence tiles, each tile's MLP run again in backward",
+                "long sequences: gated MLP with tanh-approximated GELU, no bias (opt-in through custom_patches)",
+                R.geglu, primary=False),
     Replacement("LigerPhi3SwiGLUMLP", "liger_kernel.transformers.swiglu:LigerPhi3SwiGLUMLP", "mlp", "swiglu",
                 "gate, up = gate_up_proj(x).chunk(2); down(up * silu(gate)), no bias",
                 "gated SiLU MLP whose gate and up projections are one fused matrix (gate first)",

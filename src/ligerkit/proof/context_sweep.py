@@ -5,6 +5,11 @@ A run that does not fit is a result, not a crash: the trial records why (the all
 out-of-memory error, or the footprint check's refusal before anything was allocated). The search is
 pure (:func:`next_length` reads the trials so far), so a sweep that stops at a time limit resumes
 from its recorded trials.
+
+An arm of the sweep is a bench arm, optionally with memory variants (:func:`arm_spec`:
+``liger_fused+offload`` is the swaps and the fused loss with each layer checkpointed and its kept
+input in host memory); :func:`recommendation` names the arm that fits the longest sequence and its
+tokens/s there.
 """
 
 from __future__ import annotations
@@ -15,6 +20,31 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ligerkit.errors import LigerKitError
+from ligerkit.train.config.arms import ARMS
+
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "ckpt": ("train.activation_checkpointing=true",),
+    "offload": ("train.activation_checkpointing=offload",),
+}
+"""Memory variants a sweep arm may add to a bench arm (``ARM+VARIANT``), with the lines each sets."""
+
+
+def arm_spec(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``ARM[+VARIANT...]`` as the bench arm and the lines its variants add (``liger_fused+offload``);
+    an unknown arm or variant, or two variants that set one key, is a :class:`LigerKitError` naming the
+    choices."""
+    arm, *variants = spec.split("+")
+    if arm not in ARMS:
+        raise LigerKitError(f"unknown arm {arm!r} in {spec!r}; the arms are {', '.join(ARMS)}")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise LigerKitError(f"unknown variant {unknown[0]!r} in {spec!r}; the variants are {', '.join(VARIANTS)} "
+                            "(ARM+VARIANT, e.g. liger_fused+offload)")
+    lines = tuple(line for v in variants for line in VARIANTS[v])
+    keys = [line.split("=", 1)[0] for line in lines]
+    if len(set(keys)) < len(keys):
+        raise LigerKitError(f"{spec!r} sets {keys[0]} twice; give one of {', '.join(variants)}")
+    return arm, lines
 
 @dataclass(frozen=True)
 class Trial:
@@ -95,3 +125,21 @@ def to_markdown(result: dict[str, Any], reference: str = "eager") -> str:
                      f"| {num(row['shortest_miss'])} | {row['miss_reason'] or '-'} "
                      f"| {num(row['peak_mem_gib'], '{:.1f}')} | {num(row['tokens_per_s'], '{:,.0f}')} |")
     return "\n".join(lines)
+
+
+def recommendation(result: dict[str, Any], reference: str = "eager") -> str:
+    """Which arm fits the longest sequence, as a multiple of ``reference``'s, and its tokens/s there (the
+    cost: the reference's tokens/s at its own longest beside it)."""
+    fitting = {arm: row for arm, row in result.items() if row["longest_fit"]}
+    if not fitting:
+        return "no arm fit at the start length"
+    arm = max(fitting, key=lambda a: (fitting[a]["longest_fit"], fitting[a]["tokens_per_s"] or 0))
+    row, base = fitting[arm], fitting.get(reference)
+    text = f"longest: {arm} fits {row['longest_fit']:,} tokens"
+    if base and arm != reference:
+        text += f" ({row['vs_' + reference]:.2f}x {reference}'s {base['longest_fit']:,})"
+    speed = row["tokens_per_s"]
+    text += f", at {speed:,.0f} tokens/s there" if speed else ", tokens/s there not measured"
+    if base and arm != reference and base["tokens_per_s"]:
+        text += f" ({reference}: {base['tokens_per_s']:,.0f} tokens/s at its longest)"
+    return text

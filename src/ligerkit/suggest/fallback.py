@@ -25,6 +25,7 @@ from ligerkit.kit.custom import LigerPatch
 from ligerkit.kit.fallback import FallbackBuilder, FallbackMap
 from ligerkit.kit.families import get_family
 from ligerkit.probe.catalog import by_name
+from ligerkit.suggest.core import suggest
 
 
 def proven_map_on(device: str | None) -> FallbackBuilder:
@@ -33,8 +34,6 @@ def proven_map_on(device: str | None) -> FallbackBuilder:
 
     def build(family: str, error: HelperFailedError) -> FallbackMap:
         import torch
-
-        from ligerkit.suggest import suggest
 
         where = device or ("cuda" if torch.cuda.is_available() else "cpu")
         patches: dict[str, list[LigerPatch]] = {}

@@ -98,7 +98,7 @@ class Trainer:
         t = self.config.train
         self._existed = resume.deepest_existing(Path(t.run.output_dir or Path(t.run.runs_dir) / self.config.name))
         path, self._lock = resume.open_run(t.run.output_dir, t.run.runs_dir, self.config.name, self.resume, self.env,
-                                           self.resolved_config, getattr(self.engine, "overrides", ()))
+                                           self.resolved_config, getattr(self.engine, "overrides", ()), self.init_from)
         return path
 
     def _train(self, device: torch.device, stop: object) -> TrainResult:
@@ -148,6 +148,8 @@ class Trainer:
             try:
                 for step in range(start, t.steps):
                     metrics = self._timed_step(step, step_module, optimizer, data, device, flops, peak)
+                    if step == start and self.engine.offload is not None and main:
+                        log.info("activation offload: %s", self.engine.offload.first_step())
                     result.steps.append(metrics)
                     metrics_log.log(metrics)
                     self._after_step(step, start, step_module, optimizer, device, stop)

@@ -10,7 +10,8 @@ releases spelled some keys differently:
   now ``train.loss.path`` and ``train.loss.chunk_tokens``;
 - ``train.compile: true | false`` with ``train.liger_compile_ops`` and
   ``train.compile_over_liger_kernels``, now one named value of ``train.compile`` (``off | ops | trace``);
-- ``train.compile: trace`` with Liger off, written before that pair was refused, which ran as ``ops``.
+- ``train.compile: trace`` with Liger off, written before that pair was refused, which ran as ``ops``;
+- ``model.pretrained_model_name_or_path``, now ``model.pretrained_path``.
 
 :func:`read_recorded` turns such a mapping into today's; the config loader calls it only for a
 recorded config (a run folder's ``config.yaml``). Anywhere else an old key is an unknown key, and
@@ -37,6 +38,7 @@ RESPELLED: dict[str, str] = {
     "model.liger_kernel.loss_chunk_tokens": "train.loss.chunk_tokens",
     "train.liger_compile_ops": "train.compile (off, ops or trace)",
     "train.compile_over_liger_kernels": "train.compile: trace",
+    "model.pretrained_model_name_or_path": "model.pretrained_path",
 }
 """The other keys of earlier releases and what says the same now."""
 
@@ -64,6 +66,7 @@ def read_recorded(data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     data = copy.deepcopy(data)
+    _path_key(data)
     train = data.get("train")
     if not isinstance(train, dict):
         return data
@@ -88,6 +91,17 @@ def _liger_enabled(data: dict[str, Any]) -> Any:
     model = data.get("model")
     liger = model.get("liger_kernel") if isinstance(model, dict) else None
     return liger.get("enabled") if isinstance(liger, dict) else None
+
+
+def _path_key(data: dict[str, Any]) -> None:
+    """``model.pretrained_model_name_or_path`` -> ``model.pretrained_path`` (in place)."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "pretrained_model_name_or_path" not in model:
+        return
+    value = model.pop("pretrained_model_name_or_path")
+    if model.setdefault("pretrained_path", value) != value:
+        raise ValueError("the recorded config gives model.pretrained_model_name_or_path and model.pretrained_path "
+                         "two values; keep only model.pretrained_path")
 
 
 def _loss_keys(data: dict[str, Any], train: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ class LigerKernelConfig(Strict):
 
 
 class ModelConfig(Strict):
-    """``model``: how the model is built (``pretrained_model_name_or_path`` is accepted for the path)."""
+    """``model``: how the model is built."""
 
     family: str = Field(min_length=1, description="transformers model_type (config/pretrained) or a label (custom)")
     source: Literal["config", "pretrained", "custom"] = "config"
@@ -42,16 +42,6 @@ class ModelConfig(Strict):
     config: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     liger_kernel: LigerKernelConfig = LigerKernelConfig()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _requirement_path_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "pretrained_model_name_or_path" in data:
-            data = dict(data)
-            value = data.pop("pretrained_model_name_or_path")
-            if data.setdefault("pretrained_path", value) != value:
-                raise ValueError("pretrained_model_name_or_path and pretrained_path disagree; set one of them")
-        return data
 
     @field_validator("pretrained_path")
     @classmethod

@@ -113,9 +113,11 @@ class TrainConfig(Strict):
         "Liger's kernels as ligerkit's compile-mode operators); trace (torch.compile traces into Liger's autograd "
         "functions, measured on an H200 to change training: the opt-in)"
     )
-    activation_checkpointing: bool = Field(False, description="recompute each decoder layer (the recipe's FSDP units) "
-        "in backward instead of keeping its activations (non-reentrant; composes with FSDP2, train.compile and the "
-        "fused loss): less memory, about one more forward of compute")
+    activation_checkpointing: bool | Literal["offload"] = Field(
+        False, description="recompute each decoder layer (the recipe's FSDP units) in backward instead of keeping "
+        "its activations (non-reentrant; composes with FSDP2, train.compile, LoRA and the fused loss): less memory, "
+        "about one more forward of compute. offload: the same, and the one input each layer keeps waits in pinned "
+        "host memory until backward (copies overlapped on a side stream; one CUDA GPU, uncompiled)")
     autocast_bf16: bool = Field(False, description="run forward and loss under bfloat16 autocast; with model.dtype="
                                 "float32 this is mixed precision (float32 master weights and optimizer states)")
     deterministic: bool = Field(
@@ -139,6 +141,21 @@ class TrainConfig(Strict):
     optim: OptimConfig = OptimConfig()
     run: RunConfig = RunConfig()
     memory: MemoryConfig = MemoryConfig()
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _checkpointing_value(cls, value: object) -> object:
+        """One message for a value that is none of the three (the union would give one per type)."""
+        if isinstance(value, bool) or value == "offload":
+            return value
+        raise ValueError(f"write true, false or offload (got {value!r})")
+
+    @model_validator(mode="after")
+    def _offload_uncompiled(self) -> TrainConfig:
+        if self.activation_checkpointing == "offload" and self.compile != "off":
+            raise ValueError(f"activation_checkpointing: offload runs uncompiled, but compile is {self.compile}; set "
+                             "compile: off, or activation_checkpointing: true (recomputed layers compile)")
+        return self
 
     @field_validator("compile", mode="before")
     @classmethod

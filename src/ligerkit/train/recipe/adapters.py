@@ -107,7 +107,8 @@ def training_line(model: nn.Module, train: TrainConfig) -> str:
     """What trains and how, in words (``check``, ``train``): LoRA or every weight, and whether each
     layer's activations are recomputed."""
     what = f"LoRA: {adapter_summary(model, train.lora)}" if train.lora is not None else "every weight"
-    return f"{what}; activation checkpointing {'on' if train.activation_checkpointing else 'off'}"
+    checkpointing = {True: "on", False: "off", "offload": "on, kept inputs offloaded to host memory"}
+    return f"{what}; activation checkpointing {checkpointing[train.activation_checkpointing]}"
 
 
 def frozen_fingerprint(model: nn.Module) -> str | None:

@@ -35,6 +35,7 @@ from ligerkit.train.config.checks import check_modules, check_paths, problems_of
 from ligerkit.train.data.batches import text_batch, tokenizer_key
 from ligerkit.train.data.files import check_tokenizer_folder
 from ligerkit.train.distributed import DistEnv
+from ligerkit.train.memory.offload import HostOffload
 from ligerkit.train.recipe.footprint import Footprint, check_footprint
 from ligerkit.train.models import build_transformers_model, transformers_config
 
@@ -52,6 +53,7 @@ class RecipeEngine:
         self.loss = make_loss(config.train.loss.path, config.train.loss.chunk_tokens)
         self.scan: ScanResult | None = None
         self.model: nn.Module | None = None
+        self.offload: HostOffload | None = None  # train.activation_checkpointing: offload, once set up
         self.overrides: tuple[str, ...] = ()  # the --set lines over the file (load_engine): messages name them
 
     @property

@@ -13,7 +13,9 @@ asserts and the gradient proofs call, in this order, always:
 5. the key/value cache off, LoRA adapters (``train.lora``; their starting values drawn from a generator
    seeded with ``seed``, so what drew random numbers since step 3 does not change them);
 6. the scan (Liger on), which sees the adapted model;
-7. activation checkpointing per layer (``train.activation_checkpointing``).
+7. activation checkpointing per layer (``train.activation_checkpointing``); with ``offload`` the
+   layers' kept inputs go to host memory (:class:`~ligerkit.train.memory.offload.HostOffload`, left
+   as ``engine.offload``), refused before anything is built on anything but one CUDA GPU.
 
 Steps 4 to 7 are the kit's one apply-build-scan path (:func:`ligerkit.kit.apply_build_scan`): if any of
 them raises, every swap the set-up applied is reverted. The built model and its scan are left on the
@@ -31,12 +33,13 @@ from torch import nn
 
 from ligerkit.compile.table import for_width
 from ligerkit.environment import NEEDS_ACCELERATOR
-from ligerkit.errors import LigerNeedsAcceleratorError
+from ligerkit.errors import ConfigError, LigerNeedsAcceleratorError
 from ligerkit.hf import hidden_width
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.train.recipe.adapters import add_lora, linear_names, perturb_zero_adapters
 from ligerkit.train.models import disable_kv_cache
 from ligerkit.train.memory.checkpointing import recompute_layers
+from ligerkit.train.memory.offload import HostOffload
 
 from ligerkit.train.recipe.engine import RecipeEngine
 
@@ -57,24 +60,39 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
             "and this machine has neither; nothing was built. To train here without Liger, add "
             "--set model.liger_kernel.enabled=false (or use `ligerkit check` to plan on the meta device)."
         )
+    t = engine.config.train
+    if t.activation_checkpointing == "offload":
+        _check_offload(device)
     engine.check_footprint(device)
     torch.manual_seed(engine.config.seed)
-    t = engine.config.train
     before_scan: list[Step] = [disable_kv_cache]  # a training step never reads a key/value cache
     if t.lora is not None:  # before the scan, so the scan and its guard see the adapted model
         lora = t.lora
         before_scan.append(lambda model: add_lora(model, lora, seed=engine.config.seed))
     after_scan: list[Step] = []
+    offload = HostOffload() if t.activation_checkpointing == "offload" else None
     if t.activation_checkpointing:
-        after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model)))
+        after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model), offload))
     # the kit's in-place verdicts see the model as it trains; compile mode reads its table at its width
     with kit_checks_in_form(engine), for_width(_width(engine) if engine.compile_mode else None):
         model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device),
                                        before_scan=before_scan, after_scan=after_scan, scan=engine.liger_enabled)
     if engine.liger_enabled:
         engine.scan = scan
-    engine.model = model
+    engine.model, engine.offload = model, offload
     return model
+
+
+def _check_offload(device: torch.device) -> None:
+    """``train.activation_checkpointing: offload`` needs one CUDA GPU: on a CPU the host is the device (it
+    would copy and save nothing), and under several ranks it has not been measured."""
+    where = ("a CPU, where host memory is the device's own and offloading saves nothing" if device.type != "cuda"
+             else "a run of several ranks, where it has not been measured" if torch.distributed.is_initialized()
+             and torch.distributed.get_world_size() > 1 else None)
+    if where is not None:
+        raise ConfigError(f"train.activation_checkpointing: offload keeps layer inputs in host memory for one CUDA "
+                          f"GPU, and this is {where}; nothing was built. Set train.activation_checkpointing: true "
+                          "(the same loss and gradients, the inputs kept on the device).")
 
 
 def kit_checks_in_form(engine: RecipeEngine) -> AbstractContextManager[object]:

@@ -35,9 +35,8 @@ from ligerkit.errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.run.rng import file_name, read_rng, set_rng_state, write_rng
 from ligerkit.train.run.storage import storage_cause, storage_error
-from ligerkit.train.config.run_files import CONFIG_FILE
+from ligerkit.train.config.run_files import CHECKPOINTS_FOLDER, CONFIG_FILE
 
-FOLDER = "checkpoints"
 FORMAT = 2  # 1: before manifests (no "format" key)
 _STEP = re.compile(r"step_(\d+)")
 log = logging.getLogger("ligerkit.train")
@@ -57,7 +56,7 @@ def step_of(folder: Path) -> int | None:
 def complete(run: Path) -> list[Path]:
     """The run's finished checkpoints, oldest first: every ``step_N`` folder (a save renames its
     ``.partial`` folder only when every rank is done). Whether one is intact is :func:`usable`'s question."""
-    folder = run / FOLDER
+    folder = run / CHECKPOINTS_FOLDER
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir() if p.is_dir() and step_of(p) is not None]
@@ -111,7 +110,8 @@ def save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimize
         cause = storage_cause(exc)
         if cause is None:
             raise
-        shutil.rmtree(run / FOLDER / f"step_{step:07d}.partial", ignore_errors=True)  # its room is free again
+        # its room is free again
+        shutil.rmtree(run / CHECKPOINTS_FOLDER / f"step_{step:07d}.partial", ignore_errors=True)
         newest = latest(run)
         kept = f"the newest complete one is {newest.name}" if newest is not None else "no complete one is there yet"
         raise storage_error(cause, f"the checkpoint after step {step} (the half-written one was removed; {kept})",
@@ -126,7 +126,7 @@ def _save(run: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimiz
     from ligerkit.train.run import safe_load
 
     began = time.perf_counter()
-    final = run / FOLDER / f"step_{step:07d}"
+    final = run / CHECKPOINTS_FOLDER / f"step_{step:07d}"
     partial = final.with_name(final.name + ".partial")
     if env.main:
         shutil.rmtree(partial, ignore_errors=True)  # a save that was killed before
@@ -236,7 +236,8 @@ def usable(run: Path, env: DistEnv) -> Path:
         if env.main:
             log.warning("checkpoint %s is damaged and skipped (%s: %s); trying the one before it (nothing is deleted)",
                         candidate.name, file, reason)
-    raise CheckpointError(f"no intact checkpoint in {run / FOLDER}: " + "; ".join(f"{f}: {r}" for f, r in skipped)
+    raise CheckpointError(f"no intact checkpoint in {run / CHECKPOINTS_FOLDER}: "
+                          + "; ".join(f"{f}: {r}" for f, r in skipped)
                           + ". Restore the named files from a copy and resume again, or start a new run without "
                           "--resume", Path(skipped[0][0]))
 
@@ -267,7 +268,7 @@ def load(checkpoint: Path, model: nn.Module, optimizer: torch.optim.Optimizer, e
 def weights_source(path: Path, env: DistEnv) -> Path:
     """The checkpoint ``--init-from PATH`` names: a run folder (its newest intact checkpoint) or one
     ``checkpoints/step_N`` folder (checked like a resume's); :class:`CheckpointError` otherwise."""
-    if (path / FOLDER).is_dir() or (path / CONFIG_FILE).is_file():
+    if (path / CHECKPOINTS_FOLDER).is_dir() or (path / CONFIG_FILE).is_file():
         return usable(path, env)
     if step_of(path) is None or not path.is_dir():
         raise CheckpointError(f"--init-from {path}: give a run folder or one of its checkpoints/step_N folders")

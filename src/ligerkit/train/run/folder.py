@@ -195,7 +195,7 @@ def plot_losses(path: Path, name: str | None = None, strict: bool = False) -> Pa
         return _plot(path, name)
     except Exception as exc:  # the plot is a convenience: any other failure of it is only reported
         if strict and storage_cause(exc) is not None:
-            raise storage_error(storage_cause(exc), "the loss plot (every step is in metrics.jsonl)", path) from exc
+            raise storage_error(storage_cause(exc), "the loss plot", path, trained_all=True) from exc
         logging.getLogger("ligerkit.train").warning("could not write %s (%s: %s); metrics.jsonl holds every step",
                                                     path / "loss.png", type(exc).__name__, exc)
         return None

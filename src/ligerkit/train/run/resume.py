@@ -56,8 +56,9 @@ SAFE_TO_CHANGE: dict[str, str] = {
     "train.run.summary_warmup_steps": "which steps the speed summary leaves out",
     "train.run.peak_tflops": "the peak used for MFU",
     "train.run.runs_dir": "where new run folders go (a resumed run stays in its folder)",
-    "train.activation_checkpointing": "whether layers are recomputed in backward: the same loss and gradients, "
-                                      "less memory (a run out of memory resumes with it on)",
+    "train.activation_checkpointing": "whether layers are recomputed in backward (and their kept inputs offloaded "
+                                      "to host memory): the same loss and gradients, less memory (a run out of "
+                                      "memory resumes with it on)",
     "train.memory.recompute_glu_product": "whether Liger's gated-activation products are recomputed in backward: the same "
                                    "loss and gradients bit for bit, less memory",
     "train.memory.recompute_norm_output": "whether Liger's RMSNorm outputs are recomputed in backward: the same loss and "
@@ -234,9 +235,10 @@ def deepest_existing(path: Path) -> Path:
     return next((p for p in (path, *path.absolute().parents) if p.exists()), Path("/"))
 
 
-def lock(run: Path) -> IO[str]:
+def lock(run: Path, claim: bool = True) -> IO[str]:
     """Hold ``run``'s lock for as long as the returned file stays open (the OS drops it when the process
-    ends); :class:`RunDirError` when another process holds it."""
+    ends); :class:`RunDirError` when another process holds it. The lock file names the holder's process
+    (:func:`claim_lock`; with ``claim`` false, not yet: a resume that its checks refuse touches no file)."""
     handle = open(run / LOCK_FILE, "a+")  # noqa: SIM115 (held open on purpose)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -246,27 +248,41 @@ def lock(run: Path) -> IO[str]:
         handle.close()
         raise RunDirError(f"{run} is in use by another process (pid {holder}); wait for it to end (Ctrl-C stops it "
                           "after a checkpoint), then resume") from None
+    if claim:
+        claim_lock(handle)
+    return handle
+
+
+def claim_lock(handle: IO[str]) -> None:
+    """Write this process's id into the lock file ``handle`` holds (what a second process's refusal names)."""
     handle.seek(0)
     handle.truncate()
     handle.write(str(os.getpid()))
     handle.flush()
-    return handle
 
 
 def open_run(output_dir: str | None, runs_dir: str, name: str, resume: str | None, env: D.DistEnv,
-             resolved: Callable[[], dict[str, Any]], overrides: Sequence[str] = ()) -> tuple[Path, IO[str] | None]:
-    """Rank 0 opens the run folder (a new one, or ``resume`` after :func:`check_config` and
-    :func:`check_finished_without_checkpoints`) and locks it; every rank gets the path, or raises rank
-    0's refusal (no rank waits for a folder that will never come). Returns the path and the lock."""
+             resolved: Callable[[], dict[str, Any]], overrides: Sequence[str] = (),
+             init_from: str | None = None) -> tuple[Path, IO[str] | None]:
+    """Rank 0 opens the run folder (a new one, or ``resume`` after :func:`check_config`,
+    :func:`check_finished_without_checkpoints` and ``status.check_unfinished``) and locks it; every rank
+    gets the path, or raises rank 0's refusal (no rank waits for a folder that will never come). An
+    ``init_from`` that names no usable checkpoint is refused before any folder is made. Returns the path
+    and the lock."""
+    if init_from is not None:
+        weights_source(Path(init_from), env)  # every rank: the check agrees across them
     outcome: tuple[str, str] | None = None
     handle = None
     if env.main:
         try:
             path = open_run_dir(output_dir, runs_dir, name, resume)
-            handle = lock(path)  # before any check: two resumes of one folder cannot both pass
+            handle = lock(path, claim=False)  # before any check: two resumes of one folder cannot both pass
             if resume is not None:
-                check_config(path, resolved(), overrides)
+                now = resolved()
+                check_config(path, now, overrides)
                 check_finished_without_checkpoints(path)
+                status.check_unfinished(path, now["train"]["steps"], flat(recorded(path)).get("train.steps"))
+            claim_lock(handle)
             outcome = ("ok", str(path))
         except LigerKitError as exc:
             if handle is not None:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ligerkit.errors import StorageError
+from ligerkit.train.config.run_files import CHECKPOINTS_FOLDER, METRICS_FILE
 
 NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up"}
 READ_ONLY = {errno.EROFS: "the file system is read-only"}
@@ -61,13 +62,28 @@ def _free(path: Path) -> str:
     return f"{size:.0f} {unit} free there" if unit == "bytes" else f"{size:.1f} {unit} free there"
 
 
-def storage_error(cause: OSError, what: str, run: Path | None = None) -> StorageError:
-    """The :class:`StorageError` for ``cause`` met while writing ``what`` (in the run folder ``run``)."""
+def _has_checkpoint(run: Path) -> bool:
+    folder = run / CHECKPOINTS_FOLDER
+    return folder.is_dir() and any(p.is_dir() and p.name.startswith("step_") and not p.name.endswith(".partial")
+                                   for p in folder.iterdir())
+
+
+def storage_error(cause: OSError, what: str, run: Path | None = None, trained_all: bool = False) -> StorageError:
+    """The :class:`StorageError` for ``cause`` met while writing ``what`` (in the run folder ``run``; with
+    ``trained_all``, after its last step). How to go on depends on what the folder holds: a complete
+    checkpoint to resume from, none (the run starts again), or every step already trained."""
     where = Path(cause.filename) if getattr(cause, "filename", None) else run
     at = f" ({where})" if where is not None else ""
-    again = (f"; then continue the run with `ligerkit train --resume {run}` (or copy {run} to a disk that can take "
-             "it and resume the copy: a run folder resumes from wherever it is)") if run is not None else (
-        "; then continue a run from its newest complete checkpoint with `ligerkit train --resume RUN_DIR`")
+    if run is None:
+        again = "; then continue a run from its newest complete checkpoint with `ligerkit train --resume RUN_DIR`"
+    elif trained_all:
+        again = f"; every step trained and is in {run / METRICS_FILE}: there is nothing to resume"
+    elif _has_checkpoint(run):
+        again = (f"; then continue the run with `ligerkit train --resume {run}` (or copy {run} to a disk that can "
+                 "take it and resume the copy: a run folder resumes from wherever it is)")
+    else:
+        again = (f"; {run} holds no complete checkpoint to resume from, so start the run again (with "
+                 "train.run.checkpoint_every set, a later failure can be resumed)")
     elsewhere = ("write elsewhere: a new run with --set train.run.runs_dir=DIR or train.run.output_dir=DIR (or "
                  "$LIGERKIT_RUNS_DIR)")
     if cause.errno in NO_ROOM:

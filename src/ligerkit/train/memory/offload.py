@@ -1,0 +1,125 @@
+"""The inputs activation checkpointing keeps, held in host memory from forward to backward.
+
+With ``train.activation_checkpointing: offload`` each checkpointed layer keeps only its input for the
+backward (as with ``true``), and that input lives in pinned host memory in between: the device holds
+one layer's activations at a time plus what the model keeps outside its layers, so the longest
+sequence that fits grows with the layer count.
+
+Checkpointing saves a layer's inputs through the saved-tensor hooks around the call
+(``torch.utils.checkpoint`` keeps them as saved tensors; what the layer saves inside is recomputed and
+goes through checkpointing's own hooks), so :class:`HostOffload`'s hooks see exactly those inputs:
+
+- pack: the copy to a pinned host buffer is queued on a side stream after the compute stream's work
+  so far; the device tensor is marked as used by that stream, so its memory is reused only once the
+  copy is done, and the forward goes on at once.
+- unpack (in backward, when checkpointing recomputes the layer): the input comes back from the host,
+  and the copy of the layer before it (the next one backward needs) is started on the side stream,
+  so that transfer overlaps this layer's recompute and backward.
+
+The values are copied bit for bit and the unpacked tensor takes the saved one's place in the graph, so
+loss and gradients are those of ``true``. On a CPU the same hooks copy within host memory (what the
+CPU tests run); the trainer refuses the key there, where it saves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ligerkit.errors import LigerKitError
+
+__all__ = ["HostOffload", "Offloaded"]
+
+
+@dataclass(eq=False)
+class Offloaded:
+    """One saved input in host memory: where it came from, its host copy, and (on CUDA) the event that
+    marks the end of a copy in flight; ``before`` is the input saved just before it in the same forward
+    (the one backward needs next), ``back`` the device tensor once a fetch is under way."""
+
+    device: torch.device
+    host: torch.Tensor
+    ready: Any = None
+    before: Offloaded | None = None
+    back: torch.Tensor | None = None
+    fetched: bool = False
+
+
+@dataclass(eq=False)
+class HostOffload:
+    """Saved-tensor hooks that keep checkpointed layers' inputs in host memory (see the module's text).
+
+    ``with torch.autograd.graph.saved_tensors_hooks(h.pack, h.unpack):`` around a checkpointed call;
+    :attr:`packed` and :attr:`bytes_offloaded` count what went to the host (for tests and logs)."""
+
+    packed: int = 0
+    bytes_offloaded: int = 0
+    _last: Offloaded | None = field(default=None, repr=False)
+    _stream: Any = field(default=None, repr=False)
+
+    def _side_stream(self, device: torch.device) -> Any:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=device)
+        return self._stream
+
+    def pack(self, tensor: torch.Tensor) -> Offloaded:
+        """Queue ``tensor``'s copy to host memory; return its handle."""
+        cuda = tensor.device.type == "cuda"
+        host = torch.empty_like(tensor, device="cpu", pin_memory=cuda)  # its strides: the same kernels run after
+        ready = None
+        if cuda:
+            stream = self._side_stream(tensor.device)
+            stream.wait_stream(torch.cuda.current_stream(tensor.device))
+            with torch.cuda.stream(stream):
+                host.copy_(tensor, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record(stream)
+            tensor.record_stream(stream)  # its memory is reused only after the copy
+        else:
+            host.copy_(tensor)
+        last = self._last if self._last is not None and not self._last.fetched else None  # a new forward otherwise
+        handle = Offloaded(tensor.device, host, ready, before=last)
+        self._last = handle
+        self.packed += 1
+        self.bytes_offloaded += tensor.numel() * tensor.element_size()
+        return handle
+
+    def _fetch(self, handle: Offloaded) -> None:
+        """Start bringing ``handle`` back to its device (on the side stream on CUDA)."""
+        handle.fetched = True
+        if handle.device.type != "cuda":  # a tensor of its own, as a device copy would be
+            handle.back = handle.host.clone() if handle.device.type == "cpu" else handle.host.to(handle.device)
+            return
+        stream = self._side_stream(handle.device)
+        with torch.cuda.stream(stream):
+            if handle.ready is not None:
+                stream.wait_event(handle.ready)
+            handle.back = handle.host.to(handle.device, non_blocking=True)
+            handle.ready = torch.cuda.Event()
+            handle.ready.record(stream)
+
+    def unpack(self, handle: Offloaded) -> torch.Tensor:
+        """The saved input, on its device again; the input saved before it starts coming back."""
+        if handle.back is None:  # not prefetched (or unpacked once already: a second backward)
+            self._fetch(handle)
+        back, handle.back = handle.back, None
+        if handle.device.type == "cuda":
+            current = torch.cuda.current_stream(handle.device)
+            current.wait_event(handle.ready)
+            back.record_stream(current)
+        if handle.before is not None and not handle.before.fetched:
+            self._fetch(handle.before)  # overlaps this layer's recompute and backward
+        return back
+
+    def first_step(self) -> str:
+        """What went to host memory in the first step, in words; a :class:`LigerKitError` when nothing did
+        (the layers were not given their hidden states as a tensor, so the key would change nothing)."""
+        if not self.packed:
+            raise LigerKitError(
+                "train.activation_checkpointing: offload moved nothing to host memory in the first step: the "
+                "recomputed layers were called without their hidden states as a tensor argument. Set "
+                "train.activation_checkpointing: true (checkpointing alone).")
+        return (f"{self.packed} checkpointed layer input(s), {self.bytes_offloaded / 2**30:.3f} GiB, kept in host "
+                "memory in the first step")

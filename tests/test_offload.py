@@ -1,0 +1,138 @@
+"""``train.activation_checkpointing: offload``: checkpointed layers' kept inputs in host memory.
+
+On a CPU the hooks copy within host memory, which is what these tests run: the same loss and gradients
+bit for bit as checkpointing alone and as no checkpointing (every weight, LoRA, the fused loss, dropout),
+one input per layer and forward offloaded, a layer given its hidden states by keyword offloaded too, a
+step that offloads nothing refused; the trainer refuses the key on a CPU before building anything, a
+compiled config refuses it, and a resume may change it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from ligerkit.errors import ConfigError, LigerKitError
+from ligerkit.proof.arm_grads import recipe_loss
+from ligerkit.train import Trainer, load_engine, set_up_model
+from ligerkit.train.recipe.adapters import perturb_zero_adapters, training_line
+from ligerkit.train.memory.checkpointing import recompute_layers
+from ligerkit.train.memory.offload import HostOffload
+from ligerkit.train.run.resume import SAFE_TO_CHANGE
+
+QWEN3_CPU = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+SETS = ["data.seq_len=16", "model.dtype=float32", "train.steps=2", "train.run.progress=false",
+        "train.global_batch_size=4", "train.micro_batch_size=2"]
+LORA = ["train.lora={rank: 4, alpha: 8}"]
+DROPOUT = ["model.config={hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, "
+           "num_key_value_heads: 2, head_dim: 16, vocab_size: 320, attention_dropout: 0.3}"]
+
+
+def _loss_and_grads(sets: list[str], form: str) -> tuple[float, dict[str, torch.Tensor], HostOffload | None]:
+    engine = load_engine(QWEN3_CPU, [*SETS, *sets])
+    torch.manual_seed(0)
+    model = set_up_model(engine, torch.device("cpu"))
+    perturb_zero_adapters(model)
+    offload = HostOffload() if form == "offload" else None
+    if form != "plain":
+        assert recompute_layers(model, engine.fsdp_units(model), offload) == ["model.layers.0", "model.layers.1"]
+    torch.manual_seed(1)  # the same dropout stream for every form
+    model.train()
+    loss = recipe_loss(engine, torch.device("cpu"), 0, 2)(model)
+    loss.backward()
+    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, offload
+
+
+@pytest.mark.parametrize("sets", [[], LORA, ["train.loss.path=fused"], DROPOUT], ids=["full", "lora", "fused", "dropout"])
+def test_offload_gives_the_loss_and_gradients_of_checkpointing_and_of_neither_bit_for_bit(sets):
+    plain, plain_grads, _ = _loss_and_grads(sets, "plain")
+    kept, kept_grads, _ = _loss_and_grads(sets, "checkpointed")
+    moved, moved_grads, offload = _loss_and_grads(sets, "offload")
+    assert moved == kept == plain
+    assert plain_grads and plain_grads.keys() == kept_grads.keys() == moved_grads.keys()
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(moved_grads[name], grad, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(kept_grads[name], grad, rtol=0, atol=0, msg=name)
+    # one input per layer: each layer's hidden states (batch 2 x 16 tokens x 64 wide, float32), nothing else
+    assert offload is not None and offload.packed == 2
+    assert offload.bytes_offloaded == 2 * 2 * 16 * 64 * 4 or sets == DROPOUT and offload.bytes_offloaded > 0
+
+
+class _Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, hidden_states: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return torch.tanh(self.linear(hidden_states)) * scale
+
+
+class _Stack(nn.Module):
+    def __init__(self, by_keyword: bool) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_Layer(), _Layer()])
+        self.by_keyword = by_keyword
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(hidden_states=x, scale=0.5) if self.by_keyword else layer(x, scale=0.5)
+        return x.square().sum()
+
+
+@pytest.mark.parametrize("by_keyword", [False, True], ids=["positional", "keyword"])
+def test_a_layer_given_its_hidden_states_by_keyword_is_offloaded_too(by_keyword):
+    torch.manual_seed(0)
+    reference, model = _Stack(by_keyword), _Stack(by_keyword)
+    model.load_state_dict(reference.state_dict())
+    offload = HostOffload()
+    recompute_layers(model, ["_Layer"], offload)
+    x = torch.randn(3, 4, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    reference(x).backward()
+    model(x2).backward()
+    assert offload.packed == 2 and offload.bytes_offloaded == 2 * 3 * 4 * 4
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=0)
+    for (name, p), q in zip(reference.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=name)
+    assert "2 checkpointed layer input(s)" in offload.first_step()
+
+
+def test_a_host_copy_is_made_at_pack_and_a_tensor_of_its_own_comes_back():
+    offload = HostOffload()
+    t = torch.arange(6.0).reshape(2, 3)
+    handle = offload.pack(t)
+    t.add_(100)  # the forward may reuse the memory once packed: the copy holds the packed values
+    back = offload.unpack(handle)
+    assert torch.equal(back, torch.arange(6.0).reshape(2, 3)) and back.data_ptr() != handle.host.data_ptr()
+    assert torch.equal(offload.unpack(handle), back)  # a second backward unpacks it again
+
+
+def test_a_step_that_offloads_nothing_is_an_error_naming_the_key():
+    with pytest.raises(LigerKitError, match="offload moved nothing to host memory"):
+        HostOffload().first_step()
+
+
+def test_the_trainer_refuses_offload_on_a_cpu_before_anything_is_built(tmp_path):
+    engine = load_engine(QWEN3_CPU, [*SETS, f"train.run.output_dir={tmp_path / 'run'}",
+                                     "train.activation_checkpointing=offload"])
+    with pytest.raises(ConfigError, match="offloading saves nothing") as caught:
+        Trainer(engine).train(torch.device("cpu"))
+    assert "train.activation_checkpointing: true" in str(caught.value)
+    assert engine.model is None and not (tmp_path / "run").exists()
+
+
+def test_offload_is_refused_with_compile_and_a_misspelt_value_names_the_choices():
+    with pytest.raises(ConfigError, match="offload runs uncompiled"):
+        load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload", "train.compile=ops"])
+    with pytest.raises(ConfigError, match="offload"):
+        load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offlaod"])
+
+
+def test_a_resume_may_change_it_and_the_training_line_says_it():
+    assert "offloaded" in SAFE_TO_CHANGE["train.activation_checkpointing"]
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload"])
+    line = training_line(nn.Linear(2, 2), engine.config.train)
+    assert line == "every weight; activation checkpointing on, kept inputs offloaded to host memory"
