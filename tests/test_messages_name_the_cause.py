@@ -156,6 +156,10 @@ def test_a_checkpoint_without_its_tokenizer_says_what_it_lacks_and_how_to_give_o
         load_engine(QWEN3_CPU, [*sets, f"data.tokenizer={ckpt}"])
     F.tokenizer_folder(tmp_path / "tok")  # with one, it loads
     assert load_engine(QWEN3_CPU, [*sets, f"data.tokenizer={tmp_path / 'tok'}"]) is not None
+    (ckpt / "tokenizer.json").write_text("")  # a copy cut short: refused as early, with the same ways to give one
+    with pytest.raises(TokenizerError, match=r"holds no usable tokenizer: tokenizer\.json is empty\. To give one, "
+                                             r"save the model's tokenizer"):
+        load_engine(QWEN3_CPU, sets)
 
 
 # --- suggest piped to a file --------------------------------------------------------------------------------
@@ -169,6 +173,8 @@ def test_suggest_piped_writes_rows_readable_at_100_columns():
     assert any(line.startswith("    reason: ") for line in table)  # the long column, wrapped under its row
     rows = [line for line in table if line.startswith("Olmo2")]
     assert rows and all(len(line.split()) == 4 for line in rows)  # symbol, kind, verdict, replacement
+    code = lines[len(table):]
+    assert any("LigerPatch(MODULE, " in line for line in code) and max(map(len, code)) <= 100, max(code, key=len)
 
 
 # --- pictures ------------------------------------------------------------------------------------------------

@@ -136,3 +136,35 @@ def test_a_resume_may_change_it_and_the_training_line_says_it():
     engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload"])
     line = training_line(nn.Linear(2, 2), engine.config.train)
     assert line == "every weight; activation checkpointing on, kept inputs offloaded to host memory"
+
+
+def test_the_bench_recommendation_keeps_the_offload_form():
+    from ligerkit.proof.recommend import training_lines
+    from ligerkit.train.config import load_recipe_config
+
+    for value in ("offload", "true"):
+        config = load_recipe_config(QWEN3_CPU, [f"train.activation_checkpointing={value}"])
+        assert f"train.activation_checkpointing: {value}" in training_lines(config.train)
+
+
+def test_ligerkit_check_plans_an_offload_config_on_the_meta_device():
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload"])
+    model = set_up_model(engine, torch.device("meta"))
+    assert isinstance(engine.offload, HostOffload) and engine.offload.packed == 0
+    assert training_line(model, engine.config.train).endswith("on, kept inputs offloaded to host memory")
+
+
+def test_nothing_of_a_forward_stays_in_host_memory_once_its_graph_is_gone():
+    import gc
+    import weakref
+
+    offload = HostOffload()
+    x = torch.randn(3, 4, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(offload.pack, offload.unpack):
+        y = (x * 2).sin()  # sin saves its input: one handle
+    handle = weakref.ref(offload._last())
+    assert handle() is not None
+    y.sum().backward()
+    del y
+    gc.collect()
+    assert handle() is None and offload.packed == 1

@@ -159,7 +159,7 @@ def training_lines(train: TrainConfig) -> tuple[str, ...]:
         lines.append(f"train.lora: {{rank: {lora.rank}, alpha: {lora.alpha:g}, dropout: {lora.dropout:g}, "
                      f"target_modules: {targets}}}")
     if train.activation_checkpointing:
-        lines.append("train.activation_checkpointing: true")
+        lines.append(f"train.activation_checkpointing: {str(train.activation_checkpointing).lower()}")  # or offload
     if train.memory.recompute_glu_product:
         lines.append("train.memory.recompute_glu_product: true")
     if train.memory.recompute_norm_output:

@@ -80,9 +80,9 @@ class Suggestion:
 
         used = {c.replacement for c in self.matched}
         lines = [f"from {r.module_path} import {r.name}" for r in CATALOG if r.name in used]
-        lines += ["", "from ligerkit import LigerPatch", "", "custom_patches = {"]
-        for key, items in self.groups().items():
-            patches = [f'LigerPatch("{self.module}", "{c.symbol}", {c.replacement})' for c in items]
+        lines += ["", "from ligerkit import LigerPatch", "", f'MODULE = "{self.module}"', "", "custom_patches = {"]
+        for key, items in self.groups().items():  # MODULE keeps every line short (a file, a log: 100 columns)
+            patches = [f'LigerPatch(MODULE, "{c.symbol}", {c.replacement})' for c in items]
             value = patches[0] if len(patches) == 1 else "[\n        " + ",\n        ".join(patches) + ",\n    ]"
             lines.append(f'    "{key}": {value},')
         lines.append("}")

@@ -74,8 +74,12 @@ def check_tokenizer_folder(path: str, key: str = "data.tokenizer") -> None:
     if not folder.is_dir():
         raise TokenizerError(f"{key}: the tokenizer folder {path!r} does not exist; set data.tokenizer or "
                              "model.pretrained_path to a local folder that holds a tokenizer")
-    if any((folder / name).is_file() for name in VOCABULARY_FILES):
+    present = [name for name in VOCABULARY_FILES if (folder / name).is_file()]
+    if any((folder / name).stat().st_size for name in present):
         return
+    if present:  # there, but empty: a copy cut short, a save that failed
+        raise TokenizerError(f"{key}: {path!r} holds no usable tokenizer: {', '.join(present)} is empty. To give "
+                             f"one, {_give_one(path)}")
     held = sorted(p.name for p in folder.iterdir())
     shown = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "") if held else "nothing"
     raise TokenizerError(f"{key}: {path!r} holds no tokenizer: none of {', '.join(VOCABULARY_FILES)} is there (it "
@@ -91,8 +95,9 @@ def load_tokenizer(path: str, key: str = "data.tokenizer") -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
-        raise TokenizerError(f"cannot load a tokenizer from {path!r} ({type(exc).__name__}: {exc}); the folder needs "
-                             "tokenizer.json (or the files its tokenizer class saves)") from exc
+        raise TokenizerError(f"{key}: cannot load a tokenizer from {path!r} ({type(exc).__name__}: {exc}); the folder "
+                             f"needs tokenizer.json (or the files its tokenizer class saves). To give one, "
+                             f"{_give_one(path)}") from exc
     if not tokenizer("The quick brown fox.", add_special_tokens=False)["input_ids"]:
         raise TokenizerError(f"{key}: the tokenizer in {path!r} turns text into no tokens (its vocabulary holds "
                              f"{len(tokenizer)} entries). To give a working one, {_give_one(path)}")

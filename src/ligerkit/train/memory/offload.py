@@ -23,6 +23,7 @@ CPU tests run); the trainer refuses the key there, where it saves nothing.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +38,13 @@ __all__ = ["HostOffload", "Offloaded"]
 class Offloaded:
     """One saved input in host memory: where it came from, its host copy, and (on CUDA) the event that
     marks the end of a copy in flight; ``before`` is the input saved just before it in the same forward
-    (the one backward needs next), ``back`` the device tensor once a fetch is under way."""
+    (the one backward needs next; a weak reference, so nothing outlives the graph that saved it), ``back``
+    the device tensor once a fetch is under way."""
 
     device: torch.device
     host: torch.Tensor
     ready: Any = None
-    before: Offloaded | None = None
+    before: weakref.ref[Offloaded] | None = None  # weak: the graph alone keeps a saved input (and its host copy)
     back: torch.Tensor | None = None
     fetched: bool = False
 
@@ -56,7 +58,7 @@ class HostOffload:
 
     packed: int = 0
     bytes_offloaded: int = 0
-    _last: Offloaded | None = field(default=None, repr=False)
+    _last: weakref.ref[Offloaded] | None = field(default=None, repr=False)
     _stream: Any = field(default=None, repr=False)
 
     def _side_stream(self, device: torch.device) -> Any:
@@ -79,9 +81,10 @@ class HostOffload:
             tensor.record_stream(stream)  # its memory is reused only after the copy
         else:
             host.copy_(tensor)
-        last = self._last if self._last is not None and not self._last.fetched else None  # a new forward otherwise
-        handle = Offloaded(tensor.device, host, ready, before=last)
-        self._last = handle
+        last = self._last() if self._last is not None else None
+        before = weakref.ref(last) if last is not None and not last.fetched else None  # else a new forward
+        handle = Offloaded(tensor.device, host, ready, before=before)
+        self._last = weakref.ref(handle)
         self.packed += 1
         self.bytes_offloaded += tensor.numel() * tensor.element_size()
         return handle
@@ -109,8 +112,9 @@ class HostOffload:
             current = torch.cuda.current_stream(handle.device)
             current.wait_event(handle.ready)
             back.record_stream(current)
-        if handle.before is not None and not handle.before.fetched:
-            self._fetch(handle.before)  # overlaps this layer's recompute and backward
+        before = handle.before() if handle.before is not None else None
+        if before is not None and not before.fetched:
+            self._fetch(before)  # overlaps this layer's recompute and backward
         return back
 
     def first_step(self) -> str:

@@ -85,8 +85,12 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
 
 def _check_offload(device: torch.device) -> None:
     """``train.activation_checkpointing: offload`` needs one CUDA GPU: on a CPU the host is the device (it
-    would copy and save nothing), and under several ranks it has not been measured."""
-    where = ("a CPU, where host memory is the device's own and offloading saves nothing" if device.type != "cuda"
+    would copy and save nothing), and elsewhere or under several ranks it has not been measured. A plan on
+    the meta device (``ligerkit check``) passes."""
+    if device.type == "meta":  # a plan (``ligerkit check``): nothing runs
+        return
+    where = ("a CPU, where host memory is the device's own and offloading saves nothing" if device.type == "cpu"
+             else f"a {device.type} device, where it has not been measured" if device.type != "cuda"
              else "a run of several ranks, where it has not been measured" if torch.distributed.is_initialized()
              and torch.distributed.get_world_size() > 1 else None)
     if where is not None:
