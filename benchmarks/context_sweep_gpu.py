@@ -11,7 +11,7 @@ command (``--deadline`` seconds: no trial starts after it).
         [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540]
 
 An arm is a bench arm, or one with memory variants (``ligerkit.proof.context_sweep.VARIANTS``: ``+ckpt``
-checkpoints each layer, ``+offload`` also keeps its input in host memory).
+checkpoints each layer, ``+offload`` also keeps its input in host memory, ``+tiled`` takes Liger's tiled MLP).
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ def test_a_sweep_arm_is_a_bench_arm_with_memory_variants_and_a_bad_one_names_the
     assert arm_spec("eager+ckpt") == ("eager", ("train.activation_checkpointing=true",))
     with pytest.raises(LigerKitError, match="the arms are eager, liger"):
         arm_spec("ligr+offload")
-    with pytest.raises(LigerKitError, match="the variants are ckpt, offload"):
+    assert arm_spec("liger_fused+offload+tiled")[1] == ("train.activation_checkpointing=offload",
+                                                        "model.liger_kernel.tiled_mlp=true")
+    with pytest.raises(LigerKitError, match="the variants are ckpt, offload, tiled"):
         arm_spec("liger_fused+offlaod")
     with pytest.raises(LigerKitError, match="sets train.activation_checkpointing twice"):
         arm_spec("liger_fused+ckpt+offload")

@@ -100,7 +100,7 @@ def test_plan_with_the_fallback_says_what_was_applied_instead(broken):
     assert failed.exit_code != 0 and "--fallback custom" in failed.output
     done = runner.invoke(app, ["plan", "--family", "qwen3", "--fallback", "custom", "--json"])
     assert done.exit_code == 0, done.output
-    report = json.loads(done.output)["report"]
+    report = json.loads(done.stdout)["report"]  # stdout alone: a log line may go to stderr
     assert list(report["fallbacks"]) == ["qwen3"] and report["route"] == "custom"
     bad = runner.invoke(app, ["plan", "--fallback", "yes"])
     assert bad.exit_code != 0 and "use one of error, custom" in bad.output

@@ -186,3 +186,34 @@ print(sorted(set(missed)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+# --- Liger's tiled MLP (long sequences) --------------------------------------------------------------------
+
+def test_tiled_mlp_takes_the_tiled_form_of_the_helpers_mlp_probed_and_noted(kit):
+    from liger_kernel.transformers.tiled_mlp import LigerTiledSwiGLUMLP
+    from transformers.models.qwen3 import modeling_qwen3
+
+    original = modeling_qwen3.Qwen3MLP
+    report = kit.apply(model_family="qwen3", tiled_mlp=True)
+    assert modeling_qwen3.Qwen3MLP is LigerTiledSwiGLUMLP
+    app = report.applications[0]
+    assert any(n.startswith("tiled MLP: Qwen3MLP -> LigerTiledSwiGLUMLP (instead of LigerSwiGLUMLP") for n in app.notes)
+    (probed,) = [p for p in app.probed if "Qwen3MLP" in p]
+    assert "LigerTiledSwiGLUMLP: same math as the source" in probed and "on every call the whole model makes" in probed
+    kit.revert()
+    assert modeling_qwen3.Qwen3MLP is original
+
+
+def test_tiled_mlp_that_tiles_nothing_or_meets_a_custom_map_or_compile_is_refused_changing_nothing(kit):
+    from ligerkit.errors import InvalidOptionError
+    from transformers.models.qwen3 import modeling_qwen3
+
+    before = vars(modeling_qwen3).copy()
+    with pytest.raises(InvalidOptionError, match="swapped no MLP that has a tiled form"):
+        kit.apply(model_family="qwen3", modules={"rms_norm": True, "swiglu": False}, tiled_mlp=True)
+    with pytest.raises(InvalidOptionError, match="a custom map names its classes itself"):
+        kit.apply(model_family="x", custom_patches={}, tiled_mlp=True)
+    with pytest.raises(InvalidOptionError, match="no compile-mode operator"):
+        kit.apply(model_family="qwen3", compile=True, tiled_mlp=True)
+    assert vars(modeling_qwen3) == before and not kit.active

@@ -238,3 +238,29 @@ def test_a_failed_load_model_build_reverts_through_the_shared_path(path_calls):
     with pytest.raises(ModelBuildError):
         load_model(config=Qwen3Config(**TINY), model_class=Broken)
     assert path_calls == ["ligerkit.integrations.model"] and qwen3_norm() is original
+
+
+# --- model.liger_kernel.tiled_mlp ---
+
+def test_the_tiled_mlp_key_builds_the_tiled_mlp_and_is_refused_where_it_would_do_nothing():
+    from liger_kernel.transformers.tiled_mlp import LigerTiledSwiGLUMLP
+
+    from ligerkit.train.config import ConfigError, load_recipe_config
+
+    engine = load_engine(QWEN3 / "cpu.yaml", ["model.liger_kernel.enabled=true", "model.liger_kernel.tiled_mlp=true"])
+    try:
+        model = set_up_model(engine, torch.device("meta"))  # a plan: what `ligerkit check` builds
+        mlps = {type(m) for m in model.modules() if type(m).__name__.endswith("MLP")}
+        assert mlps == {LigerTiledSwiGLUMLP}
+    finally:
+        engine.liger_kit.revert()
+    with pytest.raises(ConfigError, match="model.liger_kernel.enabled is false"):
+        load_recipe_config(QWEN3 / "cpu.yaml", ["model.liger_kernel.tiled_mlp=true"])
+    with pytest.raises(ConfigError, match="no compile-mode operator, but train.compile is ops"):
+        load_recipe_config(QWEN3 / "cpu.yaml", ["model.liger_kernel.enabled=true", "model.liger_kernel.tiled_mlp=true",
+                                                "train.compile=ops"])
+    custom = load_engine(ROOT / "recipes" / "custom_lm" / "configs" / "cpu.yaml",
+                         ["model.liger_kernel.enabled=true", "model.liger_kernel.tiled_mlp=true"])
+    with pytest.raises(ConfigError, match="applied no official route"):
+        set_up_model(custom, torch.device("meta"))
+    assert not custom.liger_kit.active  # the set-up's swaps reverted

@@ -1,5 +1,6 @@
 """GPU: ``train.activation_checkpointing: offload`` with Liger's kernels: the loss and gradients of
-checkpointing alone, and the layers' kept inputs no longer on the device after the forward.
+checkpointing alone, and the layers' kept inputs no longer on the device after the forward; and
+``model.liger_kernel.tiled_mlp`` (Liger's tiled MLP): the gradients of Liger's MLP.
 
 One micro-batch of each recipe's model with Liger on (the qwen3 shape below also with LoRA and the
 fused loss), run three times on separately built, identically seeded models: checkpointed, offloaded,
@@ -23,13 +24,13 @@ SHAPE = ["model.config={hidden_size: 512, intermediate_size: 2048, num_hidden_la
 RECIPES = ["qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama"]
 
 
-def _one_micro_batch(config: Path, sets: list[str], form: str):  # noqa: ANN202
+def _one_micro_batch(config: Path, sets: list[str], form: str, tiled: bool = False):  # noqa: ANN202
     """Loss, gradients, the bytes the forward left on the device, and the engine's offload (if any)."""
     from ligerkit.proof.arm_grads import recipe_loss
     from ligerkit.train import load_engine, set_up_model
 
     engine = load_engine(config, [*sets, "model.liger_kernel.enabled=true", "train.run.progress=false",
-                                  f"train.activation_checkpointing={form}"])
+                                  f"train.activation_checkpointing={form}", f"model.liger_kernel.tiled_mlp={tiled}"])
     device = torch.device("cuda")
     try:
         model = set_up_model(engine, device)
@@ -71,3 +72,18 @@ def test_offload_changes_no_gradient_and_keeps_the_layer_inputs_off_the_device(s
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_trains_the_same_gradients_with_offload(recipe):
     _compare(ROOT / "recipes" / recipe / "configs" / "cpu.yaml", ["model.dtype=bfloat16"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["qwen3", "composite_vlm"])  # the recipes whose official route swaps the MLP
+def test_the_tiled_mlp_trains_the_gradients_of_liger_s_mlp(recipe):
+    config = ROOT / "recipes" / recipe / "configs" / "cpu.yaml"
+    sets = [*SHAPE, "train.loss.path=fused"] if recipe == "qwen3" else ["model.dtype=bfloat16"]
+    (loss, grads, _, _, _), (tiled_loss, tiled, _, _, _), (again_loss, again, _, _, _) = [
+        _one_micro_batch(config, sets, "false", tiled) for tiled in (False, True, False)]
+    assert grads.keys() == tiled.keys() and grads
+    # tiles sum the weight gradients in another order: within twice the spread of two untiled runs, or 1e-2
+    assert (tiled_loss - loss).abs() <= max(2 * (again_loss - loss).abs(), 1e-3 * loss.abs())
+    for name, grad in grads.items():
+        bound = max(2 * float((again[name] - grad).abs().max()), 1e-2 * float(grad.abs().max()))
+        assert float((tiled[name] - grad).abs().max()) <= bound, name

@@ -235,11 +235,27 @@ def scan_lines(scan: Any, model_class: str, config_source: str | None = None, un
     return scan.lines(model_class, config_source, unproven)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler that writes to whatever ``sys.stderr`` is when a line is logged (a command run in-process,
+    as a test runner does, swaps it per call), unless a stream is set on it (the progress bar's)."""
+
+    _set: Any = None
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        """The stream set on the handler, else the current ``sys.stderr``."""
+        return self._set if self._set is not None else sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        self._set = None if value is sys.stderr else value
+
+
 def log_to_stderr() -> None:
     """Show the ``ligerkit`` logger's INFO lines on stderr (the library itself never adds handlers)."""
     logger = logging.getLogger("ligerkit")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)

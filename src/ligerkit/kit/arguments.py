@@ -97,3 +97,14 @@ def official_only(custom: bool, config: Any, probe: bool, skip: tuple[str, ...],
             "config=, probe=, skip_probe= and in_place_proven= configure the probes of a custom_patches map; the "
             "official route takes Liger's own helper as it is. Drop them, or pass custom_patches."
         )
+
+
+def tiled_mlp_fits(custom: bool, compile: bool, tiled: bool) -> None:
+    """``tiled_mlp=True`` takes the official route's MLP in its tiled form: refused with a custom map (name
+    ``LigerTiledSwiGLUMLP`` there) and in compile mode (the tiled MLP has no compile-mode operator)."""
+    if tiled and custom:
+        raise InvalidOptionError("tiled_mlp=True picks the tiled form of the MLP Liger's helper swaps in; a custom map "
+                                 "names its classes itself: map the MLP to LigerTiledSwiGLUMLP (or LigerTiledGEGLUMLP)")
+    if tiled and compile:
+        raise InvalidOptionError("tiled_mlp=True with compile=True: Liger's tiled MLP has no compile-mode operator; "
+                                 "drop one of them")

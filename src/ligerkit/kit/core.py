@@ -5,8 +5,7 @@
     report = kit.apply(model_family="myvlm", custom_patches={...})        # custom route
     model = build_model(...)
     kit.scan(model)                                                       # post-build scan + guard
-    ...train...
-    kit.revert()                                                          # exact undo, when done
+    kit.revert()                                                          # after training: exact undo
 
 The kit must stay applied for as long as the model it built is used: a model keeps the Liger
 module classes it was built with, while functions (rotary) and class methods go back to the
@@ -85,6 +84,7 @@ class LigerKernelKit:
         compile: bool = False,
         in_place_proven: Collection[str] = (),
         fallback: FallbackBuilder | None = None,
+        tiled_mlp: bool = False,
     ) -> LigerKernelReport:
         """Patch before the model is built and return the measured report of this call.
 
@@ -119,6 +119,7 @@ class LigerKernelKit:
             fallback: official route: when the family's helper fails (``HelperFailedError``), the map
                 ``fallback(family, error)`` gives (``ligerkit.suggest.proven_map``) is applied through the custom
                 route instead and reported (``fallback_from``; ``ligerkit.kit.fallback``). ``None``: raised.
+            tiled_mlp: official route: the MLP in Liger's tiled form (``LigerTiledSwiGLUMLP``), probed, noted.
 
         Raises:
             LigerKitError: a subclass per problem, with what to do in its message.
@@ -131,7 +132,8 @@ class LigerKernelKit:
         skip, config = arguments.skip_list(skip_probe), arguments.probe_config(config)
         proven = arguments.skip_list(in_place_proven, "in_place_proven")
         arguments.official_only(custom_patches is not None, config, probe, skip, modules, proven)
-        compile = arguments.flag("compile", compile)
+        compile, tiled_mlp = arguments.flag("compile", compile), arguments.flag("tiled_mlp", tiled_mlp)
+        arguments.tiled_mlp_fits(custom_patches is not None, compile, tiled_mlp)
         if fallback is not None and (custom_patches is not None or not callable(fallback)):
             raise InvalidOptionError("fallback= takes a map builder (ligerkit.suggest.proven_map), official route only")
         wins = left_to_inductor() if compile else {}
@@ -145,7 +147,7 @@ class LigerKernelKit:
                 family = get_family(self._family_name(path, model_family, trust_remote_code))
                 already_on = self._turned_on(family.helper_name)
                 try:
-                    app = apply_official(family, modules, excluded, self._ledger, already_on, strict, wins)
+                    app = apply_official(family, modules, excluded, self._ledger, already_on, strict, wins, tiled_mlp)
                 except HelperFailedError as exc:  # the helper's own swaps are already undone
                     if fallback is None:
                         raise

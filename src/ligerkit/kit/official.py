@@ -16,6 +16,7 @@ each recorded before it is bound (``Ledger.rebind``), so whatever is raised on t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from ligerkit.environment import environment_summary
@@ -35,6 +36,7 @@ from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
 from ligerkit.naming import MISSING
 from ligerkit.kit.snapshot import (
     PROCESS_WIDE_MODULES,
+    Change,
     Snapshot,
     Table,
     current,
@@ -112,9 +114,11 @@ def resolve_modules(
 class _Route:
     """One official application in progress: owners watched, swaps recorded, modules left off."""
 
-    def __init__(self, family: Family, ledger: Ledger):
+    def __init__(self, family: Family, ledger: Ledger, tiled_mlp: bool = False):
         self.family = family
         self.ledger = ledger
+        self.tiled_mlp = tiled_mlp
+        self.tiled: list[str] = []  # the MLP swaps made tiled, in words
         self.home = family.modeling_modules
         self.owners = owners_of(import_all(self.home)) + owners_of(import_all(PROCESS_WIDE_MODULES))
         tables = [o for o in self.owners if isinstance(o, Table)]
@@ -138,6 +142,8 @@ class _Route:
             # every binding back as it was: the checks build the model without this module's swaps,
             # and each swap is then remade by the ledger, recorded before it is bound
             snap.undo()
+            if self.tiled_mlp:
+                changes = [self._tiled(change) for change in changes]
             self.ledger.check_no_conflict(changes)
             if name != UNCONDITIONAL and changes:
                 from ligerkit.kit.swap_checks import swap_problem
@@ -164,6 +170,18 @@ class _Route:
                 ) from exc
             raise
         return len(changes)
+
+    def _tiled(self, change: Change) -> Change:
+        """``change`` with Liger's MLP replaced by its tiled form (the catalog's ``tiled``), which the checks
+        and probes below then judge like any swap; other changes as they are."""
+        from ligerkit.probe.catalog import by_name, lookup  # the probes load only when a kit applies
+
+        entry = lookup(change.after) if isinstance(change.after, type) else None
+        if entry is None or entry.tiled is None:
+            return change
+        self.tiled.append(f"{getattr(change.before, '__name__', change.attr)} -> {entry.tiled} (instead of "
+                          f"{entry.name}: the same math over sequence tiles, each run again in backward)")
+        return replace(change, after=by_name(entry.tiled).obj)
 
     def _probe(self, name: str, changes: list) -> None:
         """Compare each swap with its source and note in-place writes the whole model could not check
@@ -203,19 +221,22 @@ def apply_official(
     already_on: frozenset[str],
     strict: bool = True,
     left_to_inductor: Mapping[str, str] | None = None,
+    tiled_mlp: bool = False,
 ) -> Application:
     """Run the family's Liger helper, measured, recording every swap in ``ledger``.
 
     ``already_on`` holds modules an earlier apply on the same kit already turned on for this
     helper: they are not called again (Liger would find nothing left to swap).
     ``left_to_inductor`` (compile mode) maps modules to leave off unless asked for by name, with why.
+    ``tiled_mlp`` swaps the family's MLP for Liger's tiled form of the MLP the helper picks (long
+    sequences); a helper that swaps no such MLP makes it an :class:`InvalidOptionError`.
     """
     left_to_inductor = left_to_inductor or {}
     effective, explicit, dropped = resolve_modules(family, modules, excluded, strict)
     keep = len(ledger.entries)
     noop: list[str] = []
     try:
-        route = _Route(family, ledger)
+        route = _Route(family, ledger, tiled_mlp)
         off = dict.fromkeys(effective, False)
         route.run(UNCONDITIONAL, off, explicit=False)
         for name, on in effective.items():
@@ -233,6 +254,10 @@ def apply_official(
         silent = [n for n in noop if explicit.get(n) and n not in already_on]
         if silent and strict:
             raise NoEffectError(family.name, silent)
+        if tiled_mlp and not route.tiled:
+            raise InvalidOptionError(
+                f"tiled_mlp=True, but Liger's helper for {family.name!r} swapped no MLP that has a tiled form "
+                "(LigerSwiGLUMLP, LigerGEGLUMLP) with these modules; turn swiglu/geglu on, or drop tiled_mlp.")
     except BaseException:
         ledger.revert(keep)
         raise
@@ -247,7 +272,7 @@ def apply_official(
         excluded=tuple(n for n in excluded if n in family.accepted),
         noop=tuple(noop + dropped),
         patched=tuple(route.patched),
-        notes=tuple(_notes(dropped, already_on, effective, route.patched)),
+        notes=tuple(_notes(dropped, already_on, effective, route.patched, route.tiled)),
         left_off=dict(route.left_off),
         probed=tuple(route.findings.probed),
         differences=tuple(route.findings.differences),
@@ -255,19 +280,17 @@ def apply_official(
     )
 
 
-def _notes(dropped: list[str], already_on: frozenset[str], effective: dict[str, bool],
-           patched: list[Swap]) -> list[str]:
-    notes = []
+def _notes(dropped: list[str], already_on: frozenset[str], effective: dict[str, bool], patched: list[Swap],
+           tiled: list[str]) -> list[str]:
+    notes = [f"tiled MLP: {t}" for t in tiled]
     if dropped:
         notes.append(f"strict=False: dropped {', '.join(dropped)} (not accepted by the helper)")
     already = sorted(already_on & {n for n, on in effective.items() if on})
     if already:
         notes.append(f"already applied on this kit: {', '.join(already)}")
     if any(s.scope == "process" for s in patched):
-        notes.append(
-            "process-wide bindings were swapped: every later user of them (any model) gets the "
-            "Liger replacement until revert()"
-        )
+        notes.append("process-wide bindings were swapped: every later user of them (any model) gets the "
+                     "Liger replacement until revert()")
     if any(s.shared for s in patched):
         notes.append("some swaps were already made by another kit: both kits hold them, either may revert first")
     from ligerkit.probe.training_form import form_note

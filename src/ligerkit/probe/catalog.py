@@ -33,6 +33,7 @@ class Replacement:
     in_place: str = ""  # what it writes in place: "", "backward" (dX into dY), "forward+backward" (rope)
     out_of_place: str | None = None  # the twin with the same math and no in-place write
     primary: bool = True  # False: never suggested (a twin, reached through its in-place entry; a tiled MLP)
+    tiled: str | None = None  # the same math over sequence tiles (``apply(tiled_mlp=True)`` takes it instead)
 
     @property
     def obj(self) -> object:
@@ -68,17 +69,19 @@ CATALOG: tuple[Replacement, ...] = (
                 "nn.LayerNorm with weight and bias (not bias-free or parameter-free ones)", R.layer_norm),
     Replacement("LigerSwiGLUMLP", "liger_kernel.transformers.swiglu:LigerSwiGLUMLP", "mlp", "swiglu",
                 "down(silu(gate(x)) * up(x)), gate_proj/up_proj/down_proj without bias",
-                "gated MLP with SiLU, no bias", R.swiglu),
+                "gated MLP with SiLU, no bias", R.swiglu, tiled="LigerTiledSwiGLUMLP"),
     Replacement("LigerGEGLUMLP", "liger_kernel.transformers.geglu:LigerGEGLUMLP", "mlp", "geglu",
                 "down(gelu_tanh(gate(x)) * up(x)), no bias (tanh GELU only)",
-                "gated MLP with tanh-approximated GELU, no bias (exact-erf GELU is not a match)", R.geglu),
+                "gated MLP with tanh-approximated GELU, no bias (exact-erf GELU is not a match)", R.geglu,
+                tiled="LigerTiledGEGLUMLP"),
     Replacement("LigerTiledSwiGLUMLP", "liger_kernel.transformers.tiled_mlp:LigerTiledSwiGLUMLP", "mlp", "swiglu",
                 "LigerSwiGLUMLP's math over sequence tiles, each tile's MLP run again in backward",
-                "long sequences: gated MLP with SiLU, no bias (opt-in through custom_patches)", R.swiglu,
+                "long sequences: gated MLP with SiLU, no bias (opt-in: tiled_mlp=True, or a custom map)", R.swiglu,
                 primary=False),
     Replacement("LigerTiledGEGLUMLP", "liger_kernel.transformers.tiled_mlp:LigerTiledGEGLUMLP", "mlp", "geglu",
                 "LigerGEGLUMLP's math over sequence tiles, each tile's MLP run again in backward",
-                "long sequences: gated MLP with tanh-approximated GELU, no bias (opt-in through custom_patches)",
+                "long sequences: gated MLP with tanh-approximated GELU, no bias "
+                "(opt-in: tiled_mlp=True, or a custom map)",
                 R.geglu, primary=False),
     Replacement("LigerPhi3SwiGLUMLP", "liger_kernel.transformers.swiglu:LigerPhi3SwiGLUMLP", "mlp", "swiglu",
                 "gate, up = gate_up_proj(x).chunk(2); down(up * silu(gate)), no bias",

@@ -8,8 +8,8 @@ from its recorded trials.
 
 An arm of the sweep is a bench arm, optionally with memory variants (:func:`arm_spec`:
 ``liger_fused+offload`` is the swaps and the fused loss with each layer checkpointed and its kept
-input in host memory); :func:`recommendation` names the arm that fits the longest sequence and its
-tokens/s there.
+input in host memory; ``liger_fused+offload+tiled`` also takes Liger's tiled MLP); :func:`recommendation`
+names the arm that fits the longest sequence and its tokens/s there.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ligerkit.train.config.arms import ARMS
 VARIANTS: dict[str, tuple[str, ...]] = {
     "ckpt": ("train.activation_checkpointing=true",),
     "offload": ("train.activation_checkpointing=offload",),
+    "tiled": ("model.liger_kernel.tiled_mlp=true",),  # Liger's arms only: it picks the form of their MLP swap
 }
 """Memory variants a sweep arm may add to a bench arm (``ARM+VARIANT``), with the lines each sets."""
 

@@ -61,6 +61,20 @@ def trace_needs_liger(config: RecipeConfig) -> str | None:
     return None
 
 
+def tiled_mlp_needs_liger_uncompiled(config: RecipeConfig) -> str | None:
+    """``model.liger_kernel.tiled_mlp`` picks the form of a Liger swap: Liger on, and not compiled (the tiled MLP
+    has no compile-mode operator)."""
+    lk = config.model.liger_kernel
+    if not lk.tiled_mlp:
+        return None
+    if not lk.enabled:
+        return "model.liger_kernel.tiled_mlp picks the form of Liger's MLP swap, but model.liger_kernel.enabled is false"
+    if config.train.compile != "off":
+        return (f"model.liger_kernel.tiled_mlp has no compile-mode operator, but train.compile is {config.train.compile}; "
+                "set one of them off")
+    return None
+
+
 def default_run_folder_fits(config: RecipeConfig) -> str | None:
     """Without ``train.run.output_dir`` the run folder is ``train.run.runs_dir/<name>/<stamp>``: it must fit."""
     if config.train.run.output_dir is not None:
@@ -73,7 +87,8 @@ def default_run_folder_fits(config: RecipeConfig) -> str | None:
 
 
 RULES: tuple[Callable[[RecipeConfig], str | None], ...] = (
-    warmup_within_steps, fused_loss_alone, recomputes_see_liger, trace_needs_liger, default_run_folder_fits)
+    warmup_within_steps, fused_loss_alone, recomputes_see_liger, trace_needs_liger, tiled_mlp_needs_liger_uncompiled,
+    default_run_folder_fits)
 """Every cross-section rule, in the order their problems are listed."""
 
 

@@ -26,6 +26,9 @@ class LigerKernelConfig(Strict):
     modules: Literal["auto"] | dict[str, bool] = "auto"
     model_family_override: str | None = None
     excluded_modules: tuple[str, ...] = LOSS_MODULES
+    tiled_mlp: bool = Field(False, description="the official route's MLP in Liger's tiled form (LigerTiledSwiGLUMLP, "
+                            "LigerTiledGEGLUMLP: the sequence in tiles, each tile's MLP run again in backward; for long "
+                            "sequences), probed like every swap; not with train.compile or a custom map")
     fallback: Literal["error", "custom"] = Field(
         "error", description="when Liger's official helper for the family fails on the installed versions: error "
         "(raise it, the default), or custom (apply ligerkit's proven map of the family instead, every entry probed, "

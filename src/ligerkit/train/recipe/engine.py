@@ -93,10 +93,11 @@ class RecipeEngine:
     def official_liger(self, family: str | None = None) -> dict[str, Any]:
         """``apply`` arguments for Liger's official route: ``model.liger_kernel.model_family_override``,
         else ``family``, else ``model.family``; the config's module selection and exclusions; with
-        ``model.liger_kernel.fallback: custom``, ``fallback=ligerkit.suggest.proven_map``."""
+        ``model.liger_kernel.fallback: custom``, ``fallback=ligerkit.suggest.proven_map``; ``tiled_mlp``."""
         lk = self.config.model.liger_kernel
         wiring = {"model_family": lk.model_family_override or family or self.config.model.family,
-                  "modules": lk.modules, "excluded_modules": lk.excluded_modules, "compile": self.compile_mode}
+                  "modules": lk.modules, "excluded_modules": lk.excluded_modules, "compile": self.compile_mode,
+                  "tiled_mlp": lk.tiled_mlp}
         if lk.fallback == "custom":  # the helper failing: ligerkit's proven map instead (ligerkit.kit.fallback)
             from ligerkit.suggest import proven_map
 

@@ -73,6 +73,8 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
     offload = HostOffload() if t.activation_checkpointing == "offload" else None
     if t.activation_checkpointing:
         after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model), offload))
+    if engine.liger_enabled and engine.config.model.liger_kernel.tiled_mlp:
+        after_scan.append(lambda model: _check_tiled(engine))
     # the kit's in-place verdicts see the model as it trains; compile mode reads its table at its width
     with kit_checks_in_form(engine), for_width(_width(engine) if engine.compile_mode else None):
         model, scan = apply_build_scan(engine.liger_kit, lambda: engine.prepare_model(device),
@@ -81,6 +83,14 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
         engine.scan = scan
     engine.model, engine.offload = model, offload
     return model
+
+
+def _check_tiled(engine: RecipeEngine) -> None:
+    """``model.liger_kernel.tiled_mlp`` made some official route's MLP tiled (a recipe that applies only a
+    custom map names its own classes): else a :class:`ConfigError`, the set-up's swaps reverted."""
+    if not any(note.startswith("tiled MLP: ") for app in engine.liger_kit.report.applications for note in app.notes):
+        raise ConfigError("model.liger_kernel.tiled_mlp is true, but this recipe applied no official route (its custom "
+                          "map names its own classes: map the MLP to LigerTiledSwiGLUMLP there); set it to false")
 
 
 def _check_offload(device: torch.device) -> None:
