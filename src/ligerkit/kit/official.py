@@ -34,17 +34,8 @@ from ligerkit.kit.families import Family, known_module_names
 from ligerkit.kit.ledger import Ledger, live_layers
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
 from ligerkit.naming import MISSING
-from ligerkit.kit.snapshot import (
-    PROCESS_WIDE_MODULES,
-    Change,
-    Snapshot,
-    Table,
-    current,
-    holders,
-    import_all,
-    owners_of,
-    scope_of,
-)
+from ligerkit.kit.snapshot import (PROCESS_WIDE_MODULES, Change, Snapshot, Table, current, holders, import_all,
+                                   owners_of, scope_of)
 
 UNCONDITIONAL = "(unconditional)"
 
@@ -118,7 +109,7 @@ class _Route:
         self.family = family
         self.ledger = ledger
         self.tiled_mlp = tiled_mlp
-        self.tiled: list[str] = []  # the MLP swaps made tiled, in words
+        self.tiled: list[str] = []  # the MLP swaps made tiled (tiled_mlp), in words
         self.home = family.modeling_modules
         self.owners = owners_of(import_all(self.home)) + owners_of(import_all(PROCESS_WIDE_MODULES))
         tables = [o for o in self.owners if isinstance(o, Table)]
@@ -142,8 +133,7 @@ class _Route:
             # every binding back as it was: the checks build the model without this module's swaps,
             # and each swap is then remade by the ledger, recorded before it is bound
             snap.undo()
-            if self.tiled_mlp:
-                changes = [self._tiled(change) for change in changes]
+            changes, tiled = self._tiled(changes) if self.tiled_mlp else (changes, [])
             self.ledger.check_no_conflict(changes)
             if name != UNCONDITIONAL and changes:
                 from ligerkit.kit.swap_checks import swap_problem
@@ -158,6 +148,7 @@ class _Route:
             for change in changes:
                 scope = scope_of(change.owner, self.home, self.held_by)
                 self.patched.append(self.ledger.rebind(change, name, scope, helper=self.family.helper_name))
+            self.tiled += tiled  # noted once made (a module left off above made none)
         except BaseException as exc:  # KeyboardInterrupt included: nothing of this call may stay
             snap.undo()
             if isinstance(exc, Exception) and not isinstance(exc, LigerKitError):
@@ -171,17 +162,21 @@ class _Route:
             raise
         return len(changes)
 
-    def _tiled(self, change: Change) -> Change:
-        """``change`` with Liger's MLP replaced by its tiled form (the catalog's ``tiled``), which the checks
-        and probes below then judge like any swap; other changes as they are."""
+    @staticmethod
+    def _tiled(changes: list[Change]) -> tuple[list[Change], list[str]]:
+        """``changes`` with Liger's MLP in its tiled form (the catalog's ``tiled``; checked and probed like any
+        swap), and what was replaced, in words."""
         from ligerkit.probe.catalog import by_name, lookup  # the probes load only when a kit applies
 
-        entry = lookup(change.after) if isinstance(change.after, type) else None
-        if entry is None or entry.tiled is None:
-            return change
-        self.tiled.append(f"{getattr(change.before, '__name__', change.attr)} -> {entry.tiled} (instead of "
-                          f"{entry.name}: the same math over sequence tiles, each run again in backward)")
-        return replace(change, after=by_name(entry.tiled).obj)
+        found, notes = [], []
+        for change in changes:
+            entry = lookup(change.after) if isinstance(change.after, type) else None
+            if entry is not None and entry.tiled is not None:
+                notes.append(f"{getattr(change.before, '__name__', change.attr)} -> {entry.tiled} (instead of "
+                             f"{entry.name}: the same math over sequence tiles, each run again in backward)")
+                change = replace(change, after=by_name(entry.tiled).obj)
+            found.append(change)
+        return found, notes
 
     def _probe(self, name: str, changes: list) -> None:
         """Compare each swap with its source and note in-place writes the whole model could not check
@@ -228,8 +223,7 @@ def apply_official(
     ``already_on`` holds modules an earlier apply on the same kit already turned on for this
     helper: they are not called again (Liger would find nothing left to swap).
     ``left_to_inductor`` (compile mode) maps modules to leave off unless asked for by name, with why.
-    ``tiled_mlp`` swaps the family's MLP for Liger's tiled form of the MLP the helper picks (long
-    sequences); a helper that swaps no such MLP makes it an :class:`InvalidOptionError`.
+    ``tiled_mlp``: the helper's MLP in Liger's tiled form (:class:`InvalidOptionError` where it swaps none).
     """
     left_to_inductor = left_to_inductor or {}
     effective, explicit, dropped = resolve_modules(family, modules, excluded, strict)
@@ -255,9 +249,8 @@ def apply_official(
         if silent and strict:
             raise NoEffectError(family.name, silent)
         if tiled_mlp and not route.tiled:
-            raise InvalidOptionError(
-                f"tiled_mlp=True, but Liger's helper for {family.name!r} swapped no MLP that has a tiled form "
-                "(LigerSwiGLUMLP, LigerGEGLUMLP) with these modules; turn swiglu/geglu on, or drop tiled_mlp.")
+            raise InvalidOptionError(f"tiled_mlp=True, but Liger's helper for {family.name!r} swapped no MLP that has "
+                                     "a tiled form (LigerSwiGLUMLP, LigerGEGLUMLP); turn swiglu/geglu on, or drop it.")
     except BaseException:
         ledger.revert(keep)
         raise
