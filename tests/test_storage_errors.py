@@ -132,3 +132,20 @@ def test_other_errors_pass_through_and_a_wrapped_cause_is_found():
 
     assert storage_cause(Wrapping()) is inner and storage_cause(KeyboardInterrupt()) is None
     assert "the disk is full" in str(storage_error(inner, "y")) and "--resume RUN_DIR" in str(storage_error(inner, "y"))
+
+
+@pytest.mark.parametrize("name, what", [("summary.json", "summary.json"), (".status.json.tmp", "the run's status")])
+def test_a_full_disk_at_the_summary_or_the_status_is_a_storage_error_naming_it(name, what, tmp_path, monkeypatch):
+    real_write = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name == name:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(StorageError) as caught:
+        train(f"train.run.output_dir={tmp_path / 'run'}")
+    message = str(caught.value)
+    assert message.startswith(f"could not write {what}") and "the disk is full" in message
+    assert "free there" in message  # the free space it names
