@@ -12,6 +12,13 @@ from pathlib import Path
 import torch
 
 
+GPU_SHAPE = ["model.config={hidden_size: 512, intermediate_size: 2048, num_hidden_layers: 4, num_attention_heads: 8, "
+             "num_key_value_heads: 4, head_dim: 64}", "data.seq_len=1024", "train.micro_batch_size=2",
+             "train.global_batch_size=2", "model.dtype=bfloat16"]
+"""The qwen3 recipe's model at a width where what the forward keeps is large enough to see (GPU tests)."""
+RECIPES = ["qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama"]
+"""Every shipped recipe (GPU tests that sweep them)."""
+
 class GradCapture:
     """A stand-in optimizer: records every parameter's gradient at ``step()``, then zeroes them."""
 

@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import GPU_SHAPE, RECIPES
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
-SHAPE = ["model.config={hidden_size: 512, intermediate_size: 2048, num_hidden_layers: 4, num_attention_heads: 8, "
-         "num_key_value_heads: 4, head_dim: 64}", "data.seq_len=1024", "train.micro_batch_size=2",
-         "train.global_batch_size=2", "model.dtype=bfloat16"]
-RECIPES = ["qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama"]
+SHAPE = GPU_SHAPE
 
 
 def _one_micro_batch(config: Path, sets: list[str], form: str, tiled: bool = False):  # noqa: ANN202
