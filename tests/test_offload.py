@@ -43,7 +43,7 @@ def _loss_and_grads(sets: list[str], form: str) -> tuple[float, dict[str, torch.
     model.train()
     loss = recipe_loss(engine, torch.device("cpu"), 0, 2)(model)
     loss.backward()
-    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, offload
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, offload
 
 
 @pytest.mark.parametrize("sets", [[], LORA, ["train.loss.path=fused"], DROPOUT], ids=["full", "lora", "fused", "dropout"])
