@@ -6,6 +6,8 @@ itself imports, can tell a run folder from a config file by the same names.
 
 from __future__ import annotations
 
+import re
+
 CONFIG_FILE = "config.yaml"
 """The resolved config, written at the start (format 1 folders have only this)."""
 RUN_RECORD = "run.json"
@@ -16,3 +18,5 @@ STATUS_FILE = "status.json"
 """Where the run ended: running (a crash when nothing follows), finished, stopped or failed (``run.status``)."""
 CHECKPOINTS_FOLDER = "checkpoints"
 """The folder of the run's checkpoints, one ``step_N`` folder each (``step_N.partial`` while one is written)."""
+CHECKPOINT_NAME = re.compile(r"step_(\d+)")
+"""A complete checkpoint's folder name (``fullmatch``; its group is the step)."""

@@ -97,16 +97,18 @@ def _check_offload(device: torch.device) -> None:
     """``train.activation_checkpointing: offload`` needs one CUDA GPU: on a CPU the host is the device (it
     would copy and save nothing), and elsewhere or under several ranks it has not been measured. A plan on
     the meta device (``ligerkit check``) passes."""
-    if device.type == "meta":  # a plan (``ligerkit check``): nothing runs
+    several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+    if device.type == "meta" or (device.type == "cuda" and not several):  # a plan (``ligerkit check``), or one GPU
         return
-    where = ("a CPU, where host memory is the device's own and offloading saves nothing" if device.type == "cpu"
-             else f"a {device.type} device, where it has not been measured" if device.type != "cuda"
-             else "a run of several ranks, where it has not been measured" if torch.distributed.is_initialized()
-             and torch.distributed.get_world_size() > 1 else None)
-    if where is not None:
-        raise ConfigError(f"train.activation_checkpointing: offload keeps layer inputs in host memory for one CUDA "
-                          f"GPU, and this is {where}; nothing was built. Set train.activation_checkpointing: true "
-                          "(the same loss and gradients, the inputs kept on the device).")
+    if device.type == "cpu":
+        where = "a CPU, where host memory is the device's own and offloading saves nothing"
+    elif device.type != "cuda":
+        where = f"a {device.type} device, where it has not been measured"
+    else:
+        where = "a run of several ranks, where it has not been measured"
+    raise ConfigError(f"train.activation_checkpointing: offload keeps layer inputs in host memory for one CUDA GPU, "
+                      f"and this is {where}; nothing was built. Set train.activation_checkpointing: true (the same "
+                      "loss and gradients, the inputs kept on the device).")
 
 
 def kit_checks_in_form(engine: RecipeEngine) -> AbstractContextManager[object]:

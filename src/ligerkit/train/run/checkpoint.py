@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import time
 from pathlib import Path
@@ -35,10 +34,9 @@ from ligerkit.errors import CheckpointError, CheckpointFileError
 from ligerkit.train.distributed import DistEnv
 from ligerkit.train.run.rng import file_name, read_rng, set_rng_state, write_rng
 from ligerkit.train.run.storage import storage_cause, storage_error
-from ligerkit.train.config.run_files import CHECKPOINTS_FOLDER, CONFIG_FILE
+from ligerkit.train.config.run_files import CHECKPOINT_NAME, CHECKPOINTS_FOLDER, CONFIG_FILE
 
 FORMAT = 2  # 1: before manifests (no "format" key)
-_STEP = re.compile(r"step_(\d+)")
 log = logging.getLogger("ligerkit.train")
 
 
@@ -49,7 +47,7 @@ def _barrier(env: DistEnv) -> None:
 
 def step_of(folder: Path) -> int | None:
     """The step a checkpoint folder's name says (``step_0000004`` -> 4); ``None`` for any other name."""
-    match = _STEP.fullmatch(folder.name)
+    match = CHECKPOINT_NAME.fullmatch(folder.name)
     return int(match.group(1)) if match else None
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ligerkit.errors import StorageError
-from ligerkit.train.config.run_files import CHECKPOINTS_FOLDER, METRICS_FILE
+from ligerkit.train.config.run_files import CHECKPOINT_NAME, CHECKPOINTS_FOLDER, METRICS_FILE
 
 NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up"}
 READ_ONLY = {errno.EROFS: "the file system is read-only"}
@@ -64,8 +64,7 @@ def _free(path: Path) -> str:
 
 def _has_checkpoint(run: Path) -> bool:
     folder = run / CHECKPOINTS_FOLDER
-    return folder.is_dir() and any(p.is_dir() and p.name.startswith("step_") and not p.name.endswith(".partial")
-                                   for p in folder.iterdir())
+    return folder.is_dir() and any(p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name) for p in folder.iterdir())
 
 
 def storage_error(cause: OSError, what: str, run: Path | None = None, trained_all: bool = False) -> StorageError:
