@@ -60,6 +60,7 @@ class Trainer:
         self.run: Path | None = None
         self.resume_seconds: float | None = None
         self._lock: IO[str] | None = None
+        self._init_source: Path | None = None  # the checkpoint --init-from names, checked as the run opens
         self._stepped = False  # whether the training loop began (a failure before it leaves no run folder)
         self._existed: Path | None = None  # the deepest folder there before this run's was made
         self._frozen: Callable[[], str | None] = lambda: None  # the frozen weights' hash (train.lora), once built
@@ -94,17 +95,17 @@ class Trainer:
             resolved["recipe"] = str(self.engine.recipe_dir)
         return resolved
 
-    def _open_run(self) -> Path:
+    def _open_run(self) -> None:
         t = self.config.train
         self._existed = resume.deepest_existing(Path(t.run.output_dir or Path(t.run.runs_dir) / self.config.name))
-        path, self._lock = resume.open_run(t.run.output_dir, t.run.runs_dir, self.config.name, self.resume, self.env,
-                                           self.resolved_config, getattr(self.engine, "overrides", ()), self.init_from)
-        return path
+        self.run, self._lock, self._init_source = resume.open_run(
+            t.run.output_dir, t.run.runs_dir, self.config.name, self.resume, self.env, self.resolved_config,
+            getattr(self.engine, "overrides", ()), self.init_from)
 
     def _train(self, device: torch.device, stop: object) -> TrainResult:
         t, main = self.config.train, self.env.main
         self.engine.check_footprint(device)  # a config that cannot fit is refused before its folder exists
-        self.run = self._open_run()
+        self._open_run()
         model = set_up_model(self.engine, device)
         self.engine.check_loss_path(model, device)  # a refused loss path leaves no run folder
         if main:  # announced once the checks that can refuse the run have passed
@@ -133,8 +134,8 @@ class Trainer:
             D.shard(step_module, self.engine.fsdp_units(model))
         optimizer = self.optimizer(step_module)
         start = self._resume_from(step_module, optimizer)
-        if self.init_from is not None:
-            resume.init_weights(Path(self.init_from), step_module, self.env, self._frozen())
+        if self._init_source is not None:
+            resume.init_weights(self._init_source, step_module, self.env, self._frozen())
         if device.type == "cuda":  # peak memory is the training loop's, not the set-up checks'
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)

@@ -162,11 +162,10 @@ def _same_trainable(before: dict[str, Any], now: dict[str, Any]) -> bool:
     return all(_norm(key, old.get(key)) == _norm(key, new.get(key)) for key in ("rank", "target_modules"))
 
 
-def init_weights(source: Path, model: Any, env: Any, frozen: str | None = None) -> None:
-    """``--init-from``: load the model weights of ``source`` (a run folder's newest intact checkpoint,
-    or one ``checkpoints/step_N``) into ``model``; optimizer and data start fresh. ``frozen`` is the hash
-    of the model's frozen weights, which the checkpoint's must equal."""
-    found = weights_source(source, env)
+def init_weights(found: Path, model: Any, env: Any, frozen: str | None = None) -> None:
+    """``--init-from``: load the model weights of ``found`` (the checkpoint :func:`open_run` checked, every file
+    against its manifest: not read twice) into ``model``; optimizer and data start fresh. ``frozen`` is the
+    hash of the model's frozen weights, which the checkpoint's must equal."""
     try:
         step = load_weights(found, model, frozen)
     except CheckpointError as exc:
@@ -263,14 +262,13 @@ def claim_lock(handle: IO[str]) -> None:
 
 def open_run(output_dir: str | None, runs_dir: str, name: str, resume: str | None, env: D.DistEnv,
              resolved: Callable[[], dict[str, Any]], overrides: Sequence[str] = (),
-             init_from: str | None = None) -> tuple[Path, IO[str] | None]:
+             init_from: str | None = None) -> tuple[Path, IO[str] | None, Path | None]:
     """Rank 0 opens the run folder (a new one, or ``resume`` after :func:`check_config`,
     :func:`check_finished_without_checkpoints` and ``status.check_unfinished``) and locks it; every rank
     gets the path, or raises rank 0's refusal (no rank waits for a folder that will never come). An
-    ``init_from`` that names no usable checkpoint is refused before any folder is made. Returns the path
-    and the lock."""
-    if init_from is not None:
-        weights_source(Path(init_from), env)  # every rank: the check agrees across them
+    ``init_from`` that names no usable checkpoint is refused before any folder is made. Returns the path,
+    the lock and the checkpoint ``init_from`` names, checked (for :func:`init_weights`; ``None`` without)."""
+    source = weights_source(Path(init_from), env) if init_from is not None else None  # every rank: they agree
     outcome: tuple[str, str] | None = None
     handle = None
     if env.main:
@@ -293,4 +291,4 @@ def open_run(output_dir: str | None, runs_dir: str, name: str, resume: str | Non
     shared = D.from_main(outcome, env)
     if not isinstance(shared, tuple) or shared[0] != "ok":
         raise RunDirError(f"rank 0 could not open the run folder: {shared[1] if shared else 'unknown'}")
-    return Path(shared[1]), handle
+    return Path(shared[1]), handle, source
