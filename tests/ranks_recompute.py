@@ -65,5 +65,6 @@ def run(rank: int, world: int, port: int, out: str) -> None:
             found[form] = {"loss": loss.item(), "notes": notes, "grads": {
                 n: hashlib.sha256(g.detach().contiguous().numpy().tobytes()).hexdigest() for n, g in grads.items()}}
         Path(out).write_text(json.dumps(found))
+        dist.barrier()  # a rank that tears gloo down first can abort the other at exit
     finally:
         dist.destroy_process_group()
