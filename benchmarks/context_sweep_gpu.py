@@ -5,10 +5,13 @@ by the footprint check), then are bisected until the longest fit and the shortes
 ``--precision``. Every trial is one ``ligerkit train`` process of ``--steps`` steps (the second step
 holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
 finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited
-command (``--deadline`` seconds: no trial starts after it).
+command (``--deadline`` seconds: no trial starts after it). With ``--breakdown``, a complete search
+also says where each arm's memory goes at its longest length (``benchmarks/memory_gpu.py --saved``:
+weights, states, what the forward keeps by kind of module, the peak).
 
     python benchmarks/context_sweep_gpu.py --out $OUT/context.jsonl [--recipe qwen3] \
-        [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540]
+        [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540] \
+        [--breakdown]
 
 An arm is a bench arm, or one with memory variants (``ligerkit.proof.context_sweep.VARIANTS``: ``+ckpt``
 checkpoints each layer, ``+offload`` also keeps its input in host memory, ``+tiled`` takes Liger's tiled MLP).
@@ -18,26 +21,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
-from ligerkit.proof.bench import arm_overrides
-from ligerkit.proof.context_sweep import Trial, arm_spec, next_length, recommendation, summary, to_markdown
+from ligerkit.proof.context_sweep import (Trial, arm_spec, breakdown_markdown, next_length, recommendation,
+                                          summary, to_markdown, trial_overrides)
 from ligerkit.proof.fits import does_not_fit
-
-
-def length_lines(seq_len: int) -> list[str]:
-    """The overrides of one trial: one sample of ``seq_len`` generated tokens, positions that reach it."""
-    return ["data.kind=synthetic", f"data.seq_len={seq_len}", "data.pad_every=0", "train.global_batch_size=1",
-            "train.micro_batch_size=1", f"model.config.max_position_embeddings={max(seq_len, 40960)}"]
 
 
 def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
     """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory and tokens/s) or not (why)."""
-    arm, variant_lines = arm_spec(spec)
     try:
-        run = default_runner()(config, arm_overrides(arm, [*extra, *variant_lines, *length_lines(seq_len)], steps))
+        run = default_runner()(config, trial_overrides(spec, seq_len, extra, steps))
     except ArmFailedError as exc:
         why = does_not_fit(str(exc))
         if why is None:
@@ -45,6 +43,19 @@ def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str
         return Trial(spec, seq_len, False, why)
     row = summarize(run, min(1, steps - 1))
     return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"))
+
+
+def breakdown(config: Path, spec: str, seq_len: int, extra: list[str]) -> dict:
+    """Where ``spec``'s memory goes at ``seq_len``: ``memory_gpu.py --saved`` in a process of its own (its
+    JSON line, with ``seq_len``), or ``{"seq_len": ..., "error": ...}`` with its last line of errors."""
+    cmd = [sys.executable, str(Path(__file__).with_name("memory_gpu.py")), str(config), "--saved"]
+    for line in trial_overrides(spec, seq_len, extra):
+        cmd += ["--set", line]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not found:
+        return {"seq_len": seq_len, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return {"seq_len": seq_len, **json.loads(found[-1])}
 
 
 def main() -> None:
@@ -59,6 +70,9 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=540, help="seconds after which no trial starts")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="once the search is complete, where each arm's memory goes at its longest length "
+                             "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
     args = parser.parse_args()
     began = time.monotonic()
     config = resolve_config(args.recipe)
@@ -92,6 +106,19 @@ def main() -> None:
     print(to_markdown(result, reference))
     print(advice)
     print("complete" if done else "stopped at the deadline: rerun the same command to continue")
+    if args.breakdown and done:
+        path = out.with_suffix(".breakdown.json")
+        found = json.loads(path.read_text()) if path.exists() else {}
+        for arm in arms:
+            longest = result[arm]["longest_fit"]
+            if longest is None or found.get(arm, {}).get("seq_len") == longest:
+                continue
+            if time.monotonic() - began > args.deadline:
+                print("breakdown stopped at the deadline: rerun the same command to continue")
+                break
+            found[arm] = breakdown(config, arm, longest, args.set)
+            path.write_text(json.dumps(found, indent=2))
+        print(breakdown_markdown({arm: found[arm] for arm in arms if arm in found}))
 
 
 if __name__ == "__main__":

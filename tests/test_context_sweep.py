@@ -85,3 +85,65 @@ def test_the_recommendation_names_the_longest_arm_and_its_tokens_per_second_besi
         "(eager+ckpt: 900 tokens/s at its longest)")
     assert recommendation(summary([Trial("eager", 4096, False, "oom")], ["eager"])) == \
         "no arm fit at the start length"
+
+
+def test_a_trials_lines_are_the_users_then_the_variants_then_the_length_then_the_arms():
+    from ligerkit.proof.context_sweep import trial_overrides
+
+    lines = trial_overrides("liger_fused+offload", 65536, ["train.lora.rank=8"], steps=2)
+    assert lines[0] == "train.lora.rank=8"
+    assert lines.index("train.activation_checkpointing=offload") < lines.index("data.seq_len=65536")
+    assert lines.index("data.seq_len=65536") < lines.index("model.liger_kernel.enabled=true")
+    assert "train.steps=2" in lines and "train.arm=liger_fused" in lines
+    assert "model.config.max_position_embeddings=65536" in lines
+
+
+def test_the_breakdown_table_has_a_column_per_arm_the_kinds_of_every_arm_and_names_what_was_not_measured():
+    from ligerkit.proof.context_sweep import breakdown_markdown
+
+    table = breakdown_markdown({
+        "eager+ckpt": {"seq_len": 8192, "weights_gib": 15.0, "optimizer_states_gib": 0.1, "grads_gib": 0.0,
+                       "saved_by_forward_gib": 2.5, "host_offloaded_gib": 0.0, "micro_batch_peak_gib": 40.25,
+                       "saved_by_kind": {"checkpointed layer inputs": {"gib": 2.25}, "loss and the top model": {"gib": 0.25}}},
+        "liger_fused+offload": {"seq_len": 98304, "weights_gib": 15.0, "optimizer_states_gib": 0.1, "grads_gib": 0.0,
+                                "saved_by_forward_gib": 1.0, "host_offloaded_gib": 27.0, "micro_batch_peak_gib": 60.0,
+                                "saved_by_kind": {"norm": {"gib": 0.5}}},
+        "liger_fused": {"seq_len": 65536, "error": "torch.OutOfMemoryError: CUDA out of memory"},
+    })
+    lines = table.splitlines()
+    assert lines[0] == "| GiB | eager+ckpt at 8,192 | liger_fused+offload at 98,304 | liger_fused at 65,536 |"
+    assert "| in host memory (offload) | 0.00 | 27.00 | - |" in lines
+    assert "| peak of the step | 40.25 | 60.00 | - |" in lines
+    assert "| forward keeps: checkpointed layer inputs | 2.25 | 0.00 | - |" in lines
+    assert "| forward keeps: norm | 0.00 | 0.50 | - |" in lines
+    assert lines[-1] == "not measured: liger_fused: torch.OutOfMemoryError: CUDA out of memory"
+
+
+def test_the_sweeps_breakdown_runs_memory_gpu_with_the_trials_lines_and_keeps_its_error(monkeypatch):
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "context_sweep_gpu.py"
+    spec = importlib.util.spec_from_file_location("context_sweep_gpu", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        if len(calls) == 1:
+            return subprocess.CompletedProcess(cmd, 0, "log line\n" + json.dumps({"weights_gib": 1.5}) + "\n", "")
+        return subprocess.CompletedProcess(cmd, 1, "", "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory\n")
+
+    monkeypatch.setattr(script.subprocess, "run", run)
+    ok = script.breakdown(Path("cfg.yaml"), "liger_fused+offload", 4096, ["train.seed=1"])
+    assert ok == {"seq_len": 4096, "weights_gib": 1.5}
+    cmd = calls[0]
+    assert cmd[:4] == [sys.executable, str(path.with_name("memory_gpu.py")), "cfg.yaml", "--saved"]
+    sets = [cmd[i + 1] for i, part in enumerate(cmd) if part == "--set"]
+    assert sets[0] == "train.seed=1" and "train.activation_checkpointing=offload" in sets and "data.seq_len=4096" in sets
+    assert script.breakdown(Path("cfg.yaml"), "eager", 4096, []) == {
+        "seq_len": 4096, "error": "torch.OutOfMemoryError: CUDA out of memory"}

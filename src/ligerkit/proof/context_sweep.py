@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ligerkit.errors import LigerKitError
+from ligerkit.proof.bench import arm_overrides
 from ligerkit.train.config.arms import arm_lines
 
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -48,6 +49,19 @@ def arm_spec(spec: str) -> tuple[str, tuple[str, ...]]:
     if len(set(keys)) < len(keys):
         raise LigerKitError(f"{spec!r} sets {keys[0]} twice; give one of {', '.join(variants)}")
     return arm, lines
+
+def length_lines(seq_len: int) -> list[str]:
+    """The overrides of one trial: one sample of ``seq_len`` generated tokens, positions that reach it."""
+    return ["data.kind=synthetic", f"data.seq_len={seq_len}", "data.pad_every=0", "train.global_batch_size=1",
+            "train.micro_batch_size=1", f"model.config.max_position_embeddings={max(seq_len, 40960)}"]
+
+
+def trial_overrides(spec: str, seq_len: int, extra: Sequence[str] = (), steps: int = 2) -> list[str]:
+    """The ``--set`` lines of ``spec`` (``ARM[+VARIANT...]``) at ``seq_len``: ``extra`` (the user's), the
+    variants', the length's (:func:`length_lines`), then the bench arm's own."""
+    arm, variant_lines = arm_spec(spec)
+    return arm_overrides(arm, [*extra, *variant_lines, *length_lines(seq_len)], steps)
+
 
 @dataclass(frozen=True)
 class Trial:
@@ -146,3 +160,37 @@ def recommendation(result: dict[str, Any], reference: str = "eager") -> str:
     if base and arm != reference and base["tokens_per_s"]:
         text += f" ({reference}: {base['tokens_per_s']:,.0f} tokens/s at its longest)"
     return text
+
+
+BREAKDOWN_ROWS: tuple[tuple[str, str], ...] = (
+    ("weights_gib", "weights"), ("optimizer_states_gib", "AdamW states"), ("grads_gib", "gradients held"),
+    ("saved_by_forward_gib", "kept by the forward (allocator)"), ("host_offloaded_gib", "in host memory (offload)"),
+    ("micro_batch_peak_gib", "peak of the step"),
+)
+"""The phases of ``benchmarks/memory_gpu.py``'s JSON line a breakdown table shows, with their labels."""
+
+
+def breakdown_markdown(breakdowns: dict[str, dict[str, Any]]) -> str:
+    """Where each arm's memory goes at its longest length (arm to ``memory_gpu.py --saved``'s JSON, or to
+    ``{"error": ...}``): one column per arm, the phases, then what the forward keeps by kind (GiB)."""
+    arms = list(breakdowns)
+    ok = {arm: row for arm, row in breakdowns.items() if "error" not in row}
+    kinds: list[str] = []
+    for row in ok.values():
+        kinds += [k for k in row.get("saved_by_kind", {}) if k not in kinds]
+    heads = [f"{arm} at {row['seq_len']:,}" if isinstance(row.get("seq_len"), int) else arm
+             for arm, row in breakdowns.items()]
+    lines = ["| GiB | " + " | ".join(heads) + " |", "| --- |" + " ---: |" * len(arms)]
+
+    def cell(arm: str, value: Any) -> str:
+        if arm not in ok:
+            return "-"
+        return "-" if value is None else f"{value:.2f}"
+
+    for key, label in BREAKDOWN_ROWS:
+        lines.append(f"| {label} | " + " | ".join(cell(a, ok.get(a, {}).get(key)) for a in arms) + " |")
+    for kind in kinds:
+        lines.append(f"| forward keeps: {kind} | " + " | ".join(
+            cell(a, ok.get(a, {}).get("saved_by_kind", {}).get(kind, {}).get("gib", 0.0)) for a in arms) + " |")
+    failed = [f"{arm}: {row['error']}" for arm, row in breakdowns.items() if "error" in row]
+    return "\n".join(lines + ([""] + [f"not measured: {line}" for line in failed] if failed else []))

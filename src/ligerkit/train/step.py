@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -33,6 +35,8 @@ class StepModule(nn.Module):
         self.recompute_norm_output = recompute_norm_output
         self.recompute_table = norm_recompute.recompute_table(recompute_glu_product, recompute_norm_output)
         self._recompute_checked = False
+        # a block around each forward, inside the recompute keys' hooks (a census of what it saves)
+        self.within: Callable[[], AbstractContextManager[object]] = nullcontext
 
     def forward(self, batch: Batch, scale: float = 1.0) -> torch.Tensor:
         """The sum of this micro-batch's token losses times ``scale``.
@@ -45,9 +49,10 @@ class StepModule(nn.Module):
         against the forward's bit for bit, and raises when a key found nothing to recompute.
         """
         if not (self.recompute_table and torch.is_grad_enabled()):
-            return self._loss(batch, scale)
+            with self.within():
+                return self._loss(batch, scale)
         first = not self._recompute_checked
-        with recomputed(self.recompute_table, verify=first) as hooks:
+        with recomputed(self.recompute_table, verify=first) as hooks, self.within():
             out = self._loss(batch, scale)
         if first:
             if self.recompute_glu_product:
