@@ -168,3 +168,25 @@ def test_nothing_of_a_forward_stays_in_host_memory_once_its_graph_is_gone():
     del y
     gc.collect()
     assert handle() is None and offload.packed == 1
+
+
+def test_the_footprint_moves_the_layers_inputs_to_host_memory_and_refuses_what_the_host_cannot_hold(monkeypatch):
+    from ligerkit.train.recipe import footprint as F
+
+    def at(form: str) -> F.Footprint:
+        engine = load_engine(QWEN3_CPU, [*SETS, f"train.activation_checkpointing={form}", "data.seq_len=4096"])
+        return F.estimate(engine.config, engine.model_config(), torch.device("cuda"))
+
+    kept, offloaded = at("true"), at("offload")
+    inputs = 2 * 2 * 4096 * 64 * 4  # micro-batch 2 x 4096 tokens x width 64, 2 layers, float32
+    assert offloaded.offloaded == inputs and kept.offloaded == 0
+    assert kept.activations - offloaded.activations == inputs
+    assert offloaded.host_bytes - kept.host_bytes == inputs
+    assert "offloaded inputs" in offloaded.describe()
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload", "data.seq_len=4096"])
+    monkeypatch.setattr(F, "device_memory", lambda device: 2**40)
+    monkeypatch.setattr(F, "host_memory", lambda: offloaded.host_bytes - 1)
+    with pytest.raises(ConfigError, match="of host memory.*Set train.activation_checkpointing: true"):
+        F.check_footprint(engine.config, engine.model_config(), torch.device("cuda"))
+    monkeypatch.setattr(F, "host_memory", lambda: offloaded.host_bytes)
+    F.check_footprint(engine.config, engine.model_config(), torch.device("cuda"))

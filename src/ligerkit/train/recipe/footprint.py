@@ -11,8 +11,9 @@ machine swapping, or data preparation looping for hours before the first step. T
 - per rank on the device: weights, gradients and AdamW's two states (each in the parameters' dtype,
   sharded over the ranks under FSDP), plus one micro-batch's activations: one saved hidden state per
   layer and the logits (all of them on the standard loss path, ``chunk_tokens`` rows on the fused one);
-- in host memory: one step's micro-batches for every rank on the host (three int64 tensors each), and
-  on a CPU run everything above as well.
+- in host memory: one step's micro-batches for every rank on the host (three int64 tensors each); with
+  ``train.activation_checkpointing: offload`` the saved hidden states, there instead of on the device
+  (pinned host memory the system cannot page out); and on a CPU run everything above as well.
 
 Because every term is at most what training really holds, a refused config cannot fit; a config that
 passes may still run out of memory (that is the allocator's to say).
@@ -93,6 +94,7 @@ class Footprint:
     samples_per_step: int  # per rank
     device_type: str
     ranks_on_host: int = 1
+    offloaded: int = 0  # host: the layers' saved inputs under train.activation_checkpointing: offload
 
     @property
     def device_bytes(self) -> int:
@@ -101,15 +103,18 @@ class Footprint:
 
     @property
     def host_bytes(self) -> int:
-        """What host memory holds: the step's batches, and on a CPU run every local rank's model state too."""
-        return self.batches + (self.device_bytes * self.ranks_on_host if self.device_type == "cpu" else 0)
+        """What host memory holds: the step's batches, the offloaded layer inputs of every local rank, and on
+        a CPU run every local rank's model state too."""
+        return self.batches + self.offloaded * self.ranks_on_host + (
+            self.device_bytes * self.ranks_on_host if self.device_type == "cpu" else 0)
 
     def describe(self) -> str:
         """The sizes, one line."""
         return (f"{self.parameters / 1e9:.3g}B parameters in {str(self.dtype).removeprefix('torch.')}: weights "
                 f"{gib(self.weights)}, gradients {gib(self.gradients)}, AdamW states {gib(self.optimizer)}, one "
                 f"micro-batch's activations {gib(self.activations)} per rank; one step's batches {gib(self.batches)} "
-                "in host memory")
+                "in host memory" + (f", and the layers' offloaded inputs {gib(self.offloaded)} per rank"
+                                    if self.offloaded else ""))
 
 
 def gib(size: int) -> str:
@@ -134,8 +139,9 @@ def estimate(config: RecipeConfig, model_config: Any, device: torch.device, worl
     shard = -(-params * size // world_size)
     per_rank = t.global_batch_size // max(world_size, 1)
     trained = 0 if t.lora is not None else shard  # adapters: a lower bound leaves their few weights out
-    return Footprint(params, dtype, shard, trained, 2 * trained, (saved + logits) * size,
-                     per_rank * ranks_on_host * seq * 8 * 3, per_rank, device.type, ranks_on_host)
+    offloaded = saved * size if t.activation_checkpointing == "offload" else 0
+    return Footprint(params, dtype, shard, trained, 2 * trained, (saved + logits) * size - offloaded,
+                     per_rank * ranks_on_host * seq * 8 * 3, per_rank, device.type, ranks_on_host, offloaded)
 
 
 def host_memory() -> int:
@@ -178,6 +184,8 @@ def check_footprint(config: RecipeConfig, model_config: Any, device: torch.devic
         raise ConfigError(f"this config needs at least {gib(found.device_bytes)} per GPU, and {device} has "
                           f"{gib(on_device)} free ({found.describe()}). {_FIX}")
     if device.type != "meta" and found.host_bytes > host_memory():
+        fix = ("Set train.activation_checkpointing: true (the layers' inputs kept on the device), or lower "
+               "data.seq_len or train.micro_batch_size") if found.offloaded else _FIX
         raise ConfigError(f"this config needs at least {gib(found.host_bytes)} of host memory, and this machine has "
-                          f"{gib(host_memory())} ({found.describe()}). {_FIX}")
+                          f"{gib(host_memory())} ({found.describe()}). {fix}")
     return found
