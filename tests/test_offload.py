@@ -31,12 +31,13 @@ DROPOUT = ["model.config={hidden_size: 64, intermediate_size: 128, num_hidden_la
            "num_key_value_heads: 2, head_dim: 16, vocab_size: 320, attention_dropout: 0.3}"]
 
 
-def _loss_and_grads(sets: list[str], form: str) -> tuple[float, dict[str, torch.Tensor], HostOffload | None]:
+def _loss_and_grads(sets: list[str], form: str, budget: int | None = None,
+                    ) -> tuple[float, dict[str, torch.Tensor], HostOffload | None]:
     engine = load_engine(QWEN3_CPU, [*SETS, *sets])
     torch.manual_seed(0)
     model = set_up_model(engine, torch.device("cpu"))
     perturb_zero_adapters(model)
-    offload = HostOffload() if form == "offload" else None
+    offload = HostOffload(budget=budget) if form == "offload" else None
     if form != "plain":
         assert recompute_layers(model, engine.fsdp_units(model), offload) == ["model.layers.0", "model.layers.1"]
     torch.manual_seed(1)  # the same dropout stream for every form
@@ -59,6 +60,29 @@ def test_offload_gives_the_loss_and_gradients_of_checkpointing_and_of_neither_bi
     # one input per layer: each layer's hidden states (batch 2 x 16 tokens x 64 wide, float32), nothing else
     assert offload is not None and offload.packed == 2
     assert offload.bytes_offloaded == 2 * 2 * 16 * 64 * 4 or sets == DROPOUT and offload.bytes_offloaded > 0
+
+
+def test_past_the_budget_the_inputs_stay_on_the_device_with_the_same_loss_and_gradients():
+    import gc
+
+    one = 2 * 16 * 64 * 4  # one layer's input: batch 2 x 16 tokens x 64 wide, float32
+    kept, kept_grads, _ = _loss_and_grads([], "checkpointed")
+    moved, moved_grads, offload = _loss_and_grads([], "offload", budget=one + one // 2)
+    assert moved == kept and moved_grads.keys() == kept_grads.keys()
+    for name, grad in kept_grads.items():
+        torch.testing.assert_close(moved_grads[name], grad, rtol=0, atol=0, msg=name)
+    assert (offload.packed, offload.bytes_offloaded, offload.kept, offload.bytes_kept) == (1, one, 1, one)
+    assert "1 more, 0.000 GiB, kept on the device (the budget" in offload.first_step()
+    gc.collect()
+    assert offload.held == 0  # the graph is gone: nothing counts against the next step's budget
+
+
+def test_a_budget_that_holds_no_input_is_an_error_naming_the_key():
+    offload = HostOffload(budget=10)
+    t = torch.zeros(4, 4)
+    assert offload.pack(t) is t and offload.unpack(t) is t  # past the budget: kept as it is
+    with pytest.raises(LigerKitError, match=r"train.memory.offload_budget_gib.*holds none of the layers. inputs"):
+        offload.first_step()
 
 
 class _Layer(nn.Module):
@@ -173,8 +197,11 @@ def test_nothing_of_a_forward_stays_in_host_memory_once_its_graph_is_gone():
 def test_the_footprint_moves_the_layers_inputs_to_host_memory_and_refuses_what_the_host_cannot_hold(monkeypatch):
     from ligerkit.train.recipe import footprint as F
 
+    budget = ["train.memory.offload_budget_gib=1"]
+
     def at(form: str) -> F.Footprint:
-        engine = load_engine(QWEN3_CPU, [*SETS, f"train.activation_checkpointing={form}", "data.seq_len=4096"])
+        sets = [*SETS, f"train.activation_checkpointing={form}", "data.seq_len=4096", *(budget if form == "offload" else [])]
+        engine = load_engine(QWEN3_CPU, sets)
         return F.estimate(engine.config, engine.model_config(), torch.device("cuda"))
 
     kept, offloaded = at("true"), at("offload")
@@ -183,10 +210,10 @@ def test_the_footprint_moves_the_layers_inputs_to_host_memory_and_refuses_what_t
     assert kept.activations - offloaded.activations == inputs
     assert offloaded.host_bytes - kept.host_bytes == inputs
     assert "offloaded inputs" in offloaded.describe()
-    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload", "data.seq_len=4096"])
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload", "data.seq_len=4096", *budget])
     monkeypatch.setattr(F, "device_memory", lambda device: 2**40)
     monkeypatch.setattr(F, "host_memory", lambda: offloaded.host_bytes - 1)
-    with pytest.raises(ConfigError, match="of host memory.*Set train.activation_checkpointing: true"):
+    with pytest.raises(ConfigError, match="of host memory.*Lower train.memory.offload_budget_gib"):
         F.check_footprint(engine.config, engine.model_config(), torch.device("cuda"))
     monkeypatch.setattr(F, "host_memory", lambda: offloaded.host_bytes)
     F.check_footprint(engine.config, engine.model_config(), torch.device("cuda"))

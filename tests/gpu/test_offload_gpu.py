@@ -45,9 +45,10 @@ def _one_micro_batch(config: Path, sets: list[str], form: str, tiled: bool = Fal
         engine.liger_kit.revert()
 
 
-def _compare(config: Path, sets: list[str]):  # noqa: ANN202
+def _compare(config: Path, sets: list[str], offload_sets: tuple[str, ...] = ()):  # noqa: ANN202
     (loss, grads, kept, _, model_config), (moved_loss, moved, lean, offload, _), (again_loss, again, _, _, _) = [
-        _one_micro_batch(config, sets, form) for form in ("true", "offload", "true")]
+        _one_micro_batch(config, [*sets, *(offload_sets if form == "offload" else ())], form)
+        for form in ("true", "offload", "true")]
     assert grads.keys() == moved.keys() and grads
     assert (moved_loss - loss).abs() <= (again_loss - loss).abs()
     for name, grad in grads.items():
@@ -85,3 +86,17 @@ def test_the_tiled_mlp_trains_the_gradients_of_liger_s_mlp(recipe):
     for name, grad in grads.items():
         bound = max(2 * float((again[name] - grad).abs().max()), 1e-2 * float(grad.abs().max()))
         assert float((tiled[name] - grad).abs().max()) <= bound, name
+
+
+@pytest.mark.gpu
+def test_past_the_budget_the_inputs_stay_on_the_device_and_no_gradient_changes():
+    from ligerkit.train import load_engine
+
+    sets = [*SHAPE, "train.loss.path=fused"]
+    config = load_engine(QWEN3_CPU, sets).model_config()
+    one = 2 * 1024 * config.hidden_size * 2  # one layer's input: 2 x 1024 tokens, bf16
+    half = config.num_hidden_layers // 2
+    budget = f"train.memory.offload_budget_gib={(half * one + one // 2) / 2**30!r}"
+    saved, offload, _ = _compare(QWEN3_CPU, sets, (budget,))
+    assert (offload.packed, offload.kept) == (half, config.num_hidden_layers - half)
+    assert saved >= 0.9 * half * one, (saved, half * one)

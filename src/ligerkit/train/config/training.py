@@ -91,7 +91,8 @@ class RunConfig(Strict):
 
 
 class MemoryConfig(Strict):
-    """``train.memory``: recompute in backward what Liger's kernels would keep (the same gradients bit for bit)."""
+    """``train.memory``: recompute in backward what Liger's kernels would keep (the same gradients bit for bit),
+    and how much host memory offloaded layer inputs may take."""
 
     recompute_glu_product: bool = Field(False, description="keep the inputs of Liger's SwiGLU/GeGLU, not their "
         "product, and run its elementwise kernel again in backward: the same gradients bit for bit, one MLP activation "
@@ -100,6 +101,18 @@ class MemoryConfig(Strict):
     recompute_norm_output: bool = Field(False, description="make Liger's RMSNorm outputs (and its rotary over q and "
         "k norms) again in backward instead of keeping them: the same gradients bit for bit, checked on the first "
         "forward (ligerkit.train.memory.norm_recompute; with Liger on: train.compile off, no activation checkpointing)")
+    offload_budget_gib: Float | Literal["auto"] = Field(
+        "auto", description="with train.activation_checkpointing: offload, the most pinned host memory the layers' "
+        "inputs may hold at once, in GiB; the inputs past it stay on the device (the first layers' go to the host: "
+        "backward needs them last). auto: this machine's memory less a quarter of it, at least 16 GiB left free")
+
+    @field_validator("offload_budget_gib", mode="before")
+    @classmethod
+    def _budget_value(cls, value: object) -> object:
+        """One message for a value that is neither auto nor a positive number of GiB."""
+        if value == "auto" or (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 2**30):
+            return value
+        raise ValueError(f"write auto or a positive number of GiB (got {value!r})")
 
 
 class TrainConfig(Strict):
@@ -149,6 +162,14 @@ class TrainConfig(Strict):
         if isinstance(value, bool) or value == "offload":
             return value
         raise ValueError(f"write true, false or offload (got {value!r})")
+
+    @model_validator(mode="after")
+    def _budget_needs_offload(self) -> TrainConfig:
+        if self.memory.offload_budget_gib != "auto" and self.activation_checkpointing != "offload":
+            raise ValueError(f"memory.offload_budget_gib={self.memory.offload_budget_gib:g} limits what "
+                             "activation_checkpointing: offload keeps in host memory, but activation_checkpointing is "
+                             f"{str(self.activation_checkpointing).lower()}; set it to offload, or leave the budget out")
+        return self
 
     @model_validator(mode="after")
     def _offload_uncompiled(self) -> TrainConfig:

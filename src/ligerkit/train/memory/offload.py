@@ -17,7 +17,9 @@ goes through checkpointing's own hooks), so :class:`HostOffload`'s hooks see exa
   so that transfer overlaps this layer's recompute and backward.
 
 The values are copied bit for bit and the unpacked tensor takes the saved one's place in the graph, so
-loss and gradients are those of ``true``. On a CPU the same hooks copy within host memory (what the
+loss and gradients are those of ``true``. A ``budget`` caps the bytes held in host memory at once: an
+input that would pass it stays on the device, as with ``true`` (the first layers' inputs go to the host,
+which backward needs last; the later ones stay), so device and host memory together hold the inputs. On a CPU the same hooks copy within host memory (what the
 CPU tests run); the trainer refuses the key there, where it saves nothing.
 """
 
@@ -54,10 +56,16 @@ class HostOffload:
     """Saved-tensor hooks that keep checkpointed layers' inputs in host memory (see the module's text).
 
     ``with torch.autograd.graph.saved_tensors_hooks(h.pack, h.unpack):`` around a checkpointed call;
-    :attr:`packed` and :attr:`bytes_offloaded` count what went to the host (for tests and logs)."""
+    :attr:`packed` and :attr:`bytes_offloaded` count what went to the host, :attr:`kept` and
+    :attr:`bytes_kept` what stayed on the device because ``budget`` (bytes held in host memory at once;
+    ``None``: no limit) was reached (for tests and logs)."""
 
+    budget: int | None = None
     packed: int = 0
     bytes_offloaded: int = 0
+    kept: int = 0
+    bytes_kept: int = 0
+    held: int = 0  # bytes in host memory now: the host copies of saved inputs whose graph is alive
     _last: weakref.ref[Offloaded] | None = field(default=None, repr=False)
     _stream: Any = field(default=None, repr=False)
 
@@ -66,8 +74,14 @@ class HostOffload:
             self._stream = torch.cuda.Stream(device=device)
         return self._stream
 
-    def pack(self, tensor: torch.Tensor) -> Offloaded:
-        """Queue ``tensor``'s copy to host memory; return its handle."""
+    def pack(self, tensor: torch.Tensor) -> Offloaded | torch.Tensor:
+        """Queue ``tensor``'s copy to host memory and return its handle; past the budget, ``tensor`` itself
+        (kept on the device)."""
+        size = tensor.numel() * tensor.element_size()
+        if self.budget is not None and self.held + size > self.budget:
+            self.kept += 1
+            self.bytes_kept += size
+            return tensor
         cuda = tensor.device.type == "cuda"
         host = torch.empty_like(tensor, device="cpu", pin_memory=cuda)  # its strides: the same kernels run after
         ready = None
@@ -86,8 +100,13 @@ class HostOffload:
         handle = Offloaded(tensor.device, host, ready, before=before)
         self._last = weakref.ref(handle)
         self.packed += 1
-        self.bytes_offloaded += tensor.numel() * tensor.element_size()
+        self.bytes_offloaded += size
+        self.held += size
+        weakref.finalize(handle, self._release, size).atexit = False  # its graph gone, the host copy with it
         return handle
+
+    def _release(self, size: int) -> None:
+        self.held -= size
 
     def _fetch(self, handle: Offloaded) -> None:
         """Start bringing ``handle`` back to its device (on the side stream on CUDA)."""
@@ -103,8 +122,10 @@ class HostOffload:
             handle.ready = torch.cuda.Event()
             handle.ready.record(stream)
 
-    def unpack(self, handle: Offloaded) -> torch.Tensor:
+    def unpack(self, handle: Offloaded | torch.Tensor) -> torch.Tensor:
         """The saved input, on its device again; the input saved before it starts coming back."""
+        if isinstance(handle, torch.Tensor):  # kept on the device: past the budget
+            return handle
         if handle.back is None:  # not prefetched (or unpacked once already: a second backward)
             self._fetch(handle)
         back, handle.back = handle.back, None
@@ -120,10 +141,18 @@ class HostOffload:
     def first_step(self) -> str:
         """What went to host memory in the first step, in words; a :class:`LigerKitError` when nothing did
         (the layers were not given their hidden states as a tensor, so the key would change nothing)."""
+        if not self.packed and self.kept:
+            raise LigerKitError(
+                f"train.activation_checkpointing: offload moved nothing to host memory in the first step: the budget, "
+                f"{self.budget / 2**30:.3g} GiB (train.memory.offload_budget_gib), holds none of the layers' inputs "
+                f"({self.bytes_kept / self.kept / 2**30:.3g} GiB each). Raise the budget, or set "
+                "train.activation_checkpointing: true (checkpointing alone).")
         if not self.packed:
             raise LigerKitError(
                 "train.activation_checkpointing: offload moved nothing to host memory in the first step: the "
                 "recomputed layers were called without their hidden states as a tensor argument. Set "
                 "train.activation_checkpointing: true (checkpointing alone).")
+        kept = (f"; {self.kept} more, {self.bytes_kept / 2**30:.3f} GiB, kept on the device (the budget, "
+                f"{self.budget / 2**30:.3g} GiB, was reached)" if self.kept and self.budget is not None else "")
         return (f"{self.packed} checkpointed layer input(s), {self.bytes_offloaded / 2**30:.3f} GiB, kept in host "
-                "memory in the first step")
+                f"memory in the first step{kept}")

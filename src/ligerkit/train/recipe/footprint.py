@@ -12,8 +12,9 @@ machine swapping, or data preparation looping for hours before the first step. T
   sharded over the ranks under FSDP), plus one micro-batch's activations: one saved hidden state per
   layer and the logits (all of them on the standard loss path, ``chunk_tokens`` rows on the fused one);
 - in host memory: one step's micro-batches for every rank on the host (three int64 tensors each); with
-  ``train.activation_checkpointing: offload`` the saved hidden states, there instead of on the device
-  (pinned host memory the system cannot page out); and on a CPU run everything above as well.
+  ``train.activation_checkpointing: offload`` the saved hidden states up to the offload budget
+  (:func:`offload_budget`), there instead of on the device (pinned host memory the system cannot page
+  out); and on a CPU run everything above as well.
 
 Because every term is at most what training really holds, a refused config cannot fit; a config that
 passes may still run out of memory (that is the allocator's to say).
@@ -139,7 +140,8 @@ def estimate(config: RecipeConfig, model_config: Any, device: torch.device, worl
     shard = -(-params * size // world_size)
     per_rank = t.global_batch_size // max(world_size, 1)
     trained = 0 if t.lora is not None else shard  # adapters: a lower bound leaves their few weights out
-    offloaded = saved * size if t.activation_checkpointing == "offload" else 0
+    offloaded = min(saved * size, offload_budget(t.memory.offload_budget_gib)) \
+        if t.activation_checkpointing == "offload" else 0
     return Footprint(params, dtype, shard, trained, 2 * trained, (saved + logits) * size - offloaded,
                      per_rank * ranks_on_host * seq * 8 * 3, per_rank, device.type, ranks_on_host, offloaded)
 
@@ -156,6 +158,19 @@ def host_memory() -> int:
         if value.isdigit():
             total = min(total, int(value))
     return total
+
+
+OFFLOAD_RESERVE = 16 * 2**30
+"""Host memory ``offload_budget_gib: auto`` leaves free at least (and a quarter of the machine's, if more)."""
+
+
+def offload_budget(value: float | str) -> int:
+    """``train.memory.offload_budget_gib`` in bytes: ``auto`` is this machine's memory less a quarter of it
+    (at least :data:`OFFLOAD_RESERVE` left free; 0 on a machine that small)."""
+    if value == "auto":
+        total = host_memory()
+        return max(total - max(OFFLOAD_RESERVE, total // 4), 0)
+    return int(float(value) * 2**30)
 
 
 def device_memory(device: torch.device) -> int | None:
@@ -184,8 +199,9 @@ def check_footprint(config: RecipeConfig, model_config: Any, device: torch.devic
         raise ConfigError(f"this config needs at least {gib(found.device_bytes)} per GPU, and {device} has "
                           f"{gib(on_device)} free ({found.describe()}). {_FIX}")
     if device.type != "meta" and found.host_bytes > host_memory():
-        fix = ("Set train.activation_checkpointing: true (the layers' inputs kept on the device), or lower "
-               "data.seq_len or train.micro_batch_size") if found.offloaded else _FIX
+        fix = ("Lower train.memory.offload_budget_gib (the inputs past it stay on the device; auto fits this "
+               "machine), set train.activation_checkpointing: true, or lower data.seq_len or train.micro_batch_size"
+               ) if found.offloaded else _FIX
         raise ConfigError(f"this config needs at least {gib(found.host_bytes)} of host memory, and this machine has "
                           f"{gib(host_memory())} ({found.describe()}). {fix}")
     return found

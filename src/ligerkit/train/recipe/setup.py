@@ -14,8 +14,9 @@ asserts and the gradient proofs call, in this order, always:
    seeded with ``seed``, so what drew random numbers since step 3 does not change them);
 6. the scan (Liger on), which sees the adapted model;
 7. activation checkpointing per layer (``train.activation_checkpointing``); with ``offload`` the
-   layers' kept inputs go to host memory (:class:`~ligerkit.train.memory.offload.HostOffload`, left
-   as ``engine.offload``), refused before anything is built on anything but one CUDA GPU.
+   layers' kept inputs go to host memory up to ``train.memory.offload_budget_gib``
+   (:class:`~ligerkit.train.memory.offload.HostOffload`, left as ``engine.offload``), refused before
+   anything is built on anything but one CUDA GPU.
 
 Steps 4 to 7 are the kit's one apply-build-scan path (:func:`ligerkit.kit.apply_build_scan`): if any of
 them raises, every swap the set-up applied is reverted. The built model and its scan are left on the
@@ -38,6 +39,7 @@ from ligerkit.hf import hidden_width
 from ligerkit.kit.build import Step, apply_build_scan
 from ligerkit.train.recipe.adapters import add_lora, linear_names, perturb_zero_adapters
 from ligerkit.train.models import disable_kv_cache
+from ligerkit.train.recipe.footprint import offload_budget
 from ligerkit.train.memory.checkpointing import recompute_layers
 from ligerkit.train.memory.offload import HostOffload
 
@@ -70,7 +72,8 @@ def set_up_model(engine: RecipeEngine, device: torch.device) -> nn.Module:
         lora = t.lora
         before_scan.append(lambda model: add_lora(model, lora, seed=engine.config.seed))
     after_scan: list[Step] = []
-    offload = HostOffload() if t.activation_checkpointing == "offload" else None
+    offload = HostOffload(budget=offload_budget(t.memory.offload_budget_gib)) \
+        if t.activation_checkpointing == "offload" else None
     if t.activation_checkpointing:
         after_scan.append(lambda model: recompute_layers(model, engine.fsdp_units(model), offload))
     if engine.liger_enabled and engine.config.model.liger_kernel.tiled_mlp:

@@ -59,6 +59,8 @@ SAFE_TO_CHANGE: dict[str, str] = {
     "train.activation_checkpointing": "whether layers are recomputed in backward (and their kept inputs offloaded "
                                       "to host memory): the same loss and gradients, less memory (a run out of "
                                       "memory resumes with it on)",
+    "train.memory.offload_budget_gib": "how much of the layers' kept inputs waits in host memory, the rest on the "
+                                       "device: the same loss and gradients bit for bit",
     "train.memory.recompute_glu_product": "whether Liger's gated-activation products are recomputed in backward: the same "
                                    "loss and gradients bit for bit, less memory",
     "train.memory.recompute_norm_output": "whether Liger's RMSNorm outputs are recomputed in backward: the same loss and "
