@@ -14,7 +14,9 @@ the operation that made it (followed back through views) with its width. The cen
 tensor on to the hooks below it (the recompute keys', offload's), so the forward keeps what it keeps
 without ``--saved``; what those hooks keep in a tensor's place is counted as replaced. With
 ``train.activation_checkpointing: offload``, ``host_offloaded_gib`` is what the measured forward put in
-host memory.
+host memory and ``offload_kept_on_device_gib`` the inputs past ``train.memory.offload_budget_gib`` it kept
+on the device (offload's hooks are above the census's: those inputs are in the allocator's figure, not
+in ``saved_by_kind``).
 
     python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
 """
@@ -70,7 +72,7 @@ def main() -> None:
         census = SavedCensus(model) if args.saved else None
         if census is not None:
             module.within = lambda: census  # entered inside the recompute keys' hooks
-        offloaded = engine.offload.bytes_offloaded if engine.offload is not None else 0
+        offloaded, held = (engine.offload.bytes_offloaded, engine.offload.bytes_kept) if engine.offload else (0, 0)
         torch.cuda.reset_peak_memory_stats()
         loss = module(batch)
         module.within = nullcontext
@@ -87,6 +89,8 @@ def main() -> None:
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
                       "host_offloaded_gib": ((engine.offload.bytes_offloaded - offloaded) / GIB
                                              if engine.offload is not None else 0.0),
+                      "offload_kept_on_device_gib": ((engine.offload.bytes_kept - held) / GIB
+                                                     if engine.offload is not None else 0.0),
                       **({"saved_gib": census.kept_bytes / GIB, "saved_replaced": census.replaced,
                           "saved_by_kind": census.table("kind"), "saved_by_producer": census.table("producer")}
                          if census is not None else {})}))

@@ -11,12 +11,13 @@ passes every tensor on to, so recompute keys, offload and checkpointing behave e
   storage's bytes, under the kind of the innermost running module that has one (:func:`module_kind`),
   and under the operation that made it (followed back through views); parameters and buffers are the
   weights, not what the forward keeps, and are left out;
-- a tensor the hook below replaced by something else (a recompute key's note, an offloaded input's
-  handle) is counted as *replaced*, not kept;
+- a tensor the hook below replaced by something else (a recompute key's note) is counted as
+  *replaced*, not kept;
 - inside a layer that activation checkpointing recomputes, checkpointing's own hooks are the innermost
   and keep nothing: what such a layer keeps is its input, counted under :data:`CHECKPOINTED` (with
-  offload the inputs go through offload's hooks, on top of these, to host memory: not counted here,
-  :class:`~ligerkit.train.memory.offload.HostOffload` counts them).
+  offload the inputs go through offload's hooks, on top of these: not counted here, whether they went
+  to host memory or stayed on the device past the budget; :class:`~ligerkit.train.memory.offload.HostOffload`
+  counts both).
 
 What it cannot see: the inside of a compiled region (its saved tensors count under the module that
 runs it) and memory a kernel allocates outside autograd (the allocator's figure beside it shows that).
