@@ -5,7 +5,9 @@ by the footprint check), then are bisected until the longest fit and the shortes
 ``--precision``. Every trial is one ``ligerkit train`` process of ``--steps`` steps (the second step
 holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
 finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited
-command (``--deadline`` seconds: no trial starts after it). With ``--breakdown``, a complete search
+command (``--deadline`` seconds: no trial starts after it). With ``--grads LENGTH``, every arm's step-1
+gradients are checked first at that (shorter) length against a float32 run, judged against the
+reference arm's (an arm that fails is left out of the recommendation). With ``--breakdown``, a complete search
 also says where each arm's memory goes at its longest length (``benchmarks/memory_gpu.py --saved``:
 weights, states, what the forward keeps by kind of module, the peak).
 
@@ -24,11 +26,15 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
+
+import torch
 
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
 from ligerkit.proof.context_sweep import (Trial, arm_spec, breakdown_markdown, next_length, recommendation,
-                                          summary, to_markdown, trial_overrides)
+                                          summary, sweep_gradients, to_markdown, trial_overrides)
+from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import does_not_fit
 
 
@@ -70,6 +76,10 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=540, help="seconds after which no trial starts")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
+    parser.add_argument("--grads", type=int, metavar="LENGTH",
+                        help="first, step-1 gradients of every arm at LENGTH tokens against a float32 run, judged "
+                             "against the reference arm's (into OUT's .grads.json, once); an arm that fails is "
+                             "left out of the recommendation")
     parser.add_argument("--breakdown", action="store_true",
                         help="once the search is complete, where each arm's memory goes at its longest length "
                              "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
@@ -82,6 +92,20 @@ def main() -> None:
     arms = args.arms.split(",")
     for spec in arms:
         arm_spec(spec)  # every arm named before the first trial
+    reference = args.reference or arms[0]
+    checks = None
+    if args.grads:
+        grads_file = out.with_suffix(".grads.json")
+        if grads_file.exists():
+            found = json.loads(grads_file.read_text())
+            checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in found["arms"].items()}
+        if checks is None or found["seq_len"] != args.grads or set(checks) != {reference, *arms}:
+            checks = sweep_gradients(config, arms, reference, args.grads, args.set, torch.device("cuda"))
+            grads_file.write_text(json.dumps({"seq_len": args.grads, "reference": reference,
+                                              "arms": {a: asdict(c) for a, c in checks.items()}}, indent=2))
+        for arm, check in checks.items():
+            print(f"step-1 gradients at {args.grads:,} tokens, {arm}: {'PASS' if check.passed else 'FAIL'} "
+                  f"({check.reason}; worst {check.max_error:.3g})", flush=True)
     done = True
     for arm in arms:
         while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
@@ -98,11 +122,12 @@ def main() -> None:
                   flush=True)
         if not done:
             break
-    reference = args.reference or arms[0]
     result = summary(trials, arms, reference)
-    advice = recommendation(result, reference)
-    out.with_suffix(".summary.json").write_text(json.dumps({"complete": done, "reference": reference, "arms": result,
-                                                            "recommendation": advice}, indent=2))
+    advice = recommendation(result, reference, checks)
+    out.with_suffix(".summary.json").write_text(json.dumps({
+        "complete": done, "reference": reference, "arms": result, "recommendation": advice,
+        "gradients": None if checks is None else {"seq_len": args.grads, "arms": {a: asdict(c) for a, c in checks.items()}},
+    }, indent=2))
     print(to_markdown(result, reference))
     print(advice)
     print("complete" if done else "stopped at the deadline: rerun the same command to continue")

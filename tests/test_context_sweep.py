@@ -147,3 +147,53 @@ def test_the_sweeps_breakdown_runs_memory_gpu_with_the_trials_lines_and_keeps_it
     assert sets[0] == "train.seed=1" and "train.activation_checkpointing=offload" in sets and "data.seq_len=4096" in sets
     assert script.breakdown(Path("cfg.yaml"), "eager", 4096, []) == {
         "seq_len": 4096, "error": "torch.OutOfMemoryError: CUDA out of memory"}
+
+
+def test_each_sweep_arms_step1_gradients_are_judged_against_the_reference_arm_on_the_cpu():
+    from pathlib import Path
+
+    import torch
+
+    from ligerkit.proof.context_sweep import sweep_gradients
+
+    config = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+    checks = sweep_gradients(config, ["eager+ckpt"], "eager", 32, ["model.dtype=bfloat16"], torch.device("cpu"))
+    assert list(checks) == ["eager", "eager+ckpt"]
+    assert checks["eager"].passed and checks["eager"].reason == "the reference"
+    assert checks["eager+ckpt"].passed and checks["eager+ckpt"].reference == "eager"
+    # checkpointing changes no bit: the arm's worst error is the reference's
+    assert checks["eager+ckpt"].max_error == checks["eager"].max_error > 0
+
+
+def test_an_arm_whose_gradients_failed_or_were_not_checked_is_left_out_of_the_recommendation():
+    from ligerkit.proof.context_sweep import recommendation
+    from ligerkit.proof.recommend import GradCheck
+
+    trials = [Trial("eager+ckpt", 8192, True, tokens_per_s=900.0), Trial("eager+ckpt", 16384, False, "oom"),
+              Trial("liger_fused+offload", 98304, True, tokens_per_s=610.0),
+              Trial("liger_fused+offload", 131072, False, "oom"),
+              Trial("liger_fused", 65536, True, tokens_per_s=800.0), Trial("liger_fused", 98304, False, "oom")]
+    result = summary(trials, ["eager+ckpt", "liger_fused", "liger_fused+offload"], reference="eager+ckpt")
+    checks = {"eager+ckpt": GradCheck("eager+ckpt", "eager+ckpt", True, "the reference"),
+              "liger_fused+offload": GradCheck("liger_fused+offload", "eager+ckpt", False, "3 of 310 gradients over")}
+    assert recommendation(result, "eager+ckpt", checks) == (
+        "longest: eager+ckpt fits 8,192 tokens, at 900 tokens/s there; left out: liger_fused (step-1 gradients: "
+        "not checked); liger_fused+offload (step-1 gradients: 3 of 310 gradients over)")
+    checks["liger_fused"] = GradCheck("liger_fused", "eager+ckpt", True, "every gradient within")
+    assert recommendation(result, "eager+ckpt", checks).startswith(
+        "longest: liger_fused fits 65,536 tokens (8.00x eager+ckpt's 8,192)")
+
+
+def test_check_gradients_takes_references_by_name_and_judges_references_first():
+    from ligerkit.proof.recommend import check_gradients
+
+    class Errors:
+        def __init__(self, errors, changed=()):
+            self.errors, self.changed, self.not_compared = errors, list(changed), []
+
+    grads = {"float32": Errors({"w": 0.0}), "b+x": Errors({"w": 0.05}), "a+ckpt": Errors({"w": 0.01})}
+    checks = check_gradients(grads, references={"a+ckpt": "a+ckpt", "b+x": "a+ckpt"})
+    assert list(checks) == ["b+x", "a+ckpt"] and checks["a+ckpt"].reason == "the reference"
+    assert not checks["b+x"].passed and "over 2 x a+ckpt" in checks["b+x"].reason
+    with pytest.raises(ValueError, match="no gradients of 'c'"):
+        check_gradients(grads, references={"c": "a+ckpt"})

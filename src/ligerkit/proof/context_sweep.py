@@ -17,11 +17,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ligerkit.errors import LigerKitError
-from ligerkit.proof.bench import arm_overrides
-from ligerkit.train.config.arms import arm_lines
+from ligerkit.proof.bench import GRADIENT_PASS_LINES, arm_overrides
+from ligerkit.proof.recommend import GradCheck, GradTolerance, check_gradients
+from ligerkit.train.config.arms import arm_lines, is_compiled
+
+if TYPE_CHECKING:
+    import torch
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     "ckpt": ("train.activation_checkpointing=true",),
@@ -61,6 +66,22 @@ def trial_overrides(spec: str, seq_len: int, extra: Sequence[str] = (), steps: i
     variants', the length's (:func:`length_lines`), then the bench arm's own."""
     arm, variant_lines = arm_spec(spec)
     return arm_overrides(arm, [*extra, *variant_lines, *length_lines(seq_len)], steps)
+
+
+def sweep_gradients(config: str | Path, specs: Sequence[str], reference: str, seq_len: int, extra: Sequence[str],
+                    device: torch.device, tolerance: GradTolerance | None = None) -> dict[str, GradCheck]:
+    """Step-1 gradients of every sweep arm (``ARM[+VARIANT...]``) at ``seq_len``, on one right-padded
+    sample, each parameter's error against a float32 Liger-off run of the same weights, judged against
+    ``reference``'s errors (:func:`ligerkit.proof.recommend.check_gradients`): the proof each arm trains
+    what the reference trains, at a length where the float32 copy fits (shorter than the sweep's)."""
+    from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
+
+    arms = {}
+    for spec in dict.fromkeys([reference, *specs]):
+        arm, lines = arm_spec(spec)
+        arms[spec] = Arm((*arm_lines(arm), *lines), compiled=is_compiled(arm))
+    grads = recipe_arm_grads(config, [*extra, *length_lines(seq_len), *GRADIENT_PASS_LINES], arms, device)
+    return check_gradients(grads, tolerance, references={spec: reference for spec in arms})
 
 
 @dataclass(frozen=True)
@@ -144,14 +165,24 @@ def to_markdown(result: dict[str, Any], reference: str = "eager") -> str:
     return "\n".join(lines)
 
 
-def recommendation(result: dict[str, Any], reference: str = "eager") -> str:
+def recommendation(result: dict[str, Any], reference: str = "eager",
+                   gradients: dict[str, GradCheck] | None = None) -> str:
     """Which arm fits the longest sequence, as a multiple of ``reference``'s, and its tokens/s there (the
-    cost: the reference's tokens/s at its own longest beside it)."""
+    cost: the reference's tokens/s at its own longest beside it). With ``gradients`` (from
+    :func:`sweep_gradients`) an arm whose step-1 gradients did not pass, or were not checked, is left
+    out, and named with why."""
     fitting = {arm: row for arm, row in result.items() if row["longest_fit"]}
+    left_out = {} if gradients is None else {
+        arm: gradients[arm].reason if arm in gradients else "not checked"
+        for arm in fitting if arm not in gradients or not gradients[arm].passed}
+    fitting = {arm: row for arm, row in fitting.items() if arm not in left_out}
+    why = "; left out: " + "; ".join(f"{arm} (step-1 gradients: {reason})" for arm, reason in left_out.items()) \
+        if left_out else ""
     if not fitting:
-        return "no arm fit at the start length"
+        return ("no arm whose gradients passed fit at the start length" if left_out else
+                "no arm fit at the start length") + why
     arm = max(fitting, key=lambda a: (fitting[a]["longest_fit"], fitting[a]["tokens_per_s"] or 0))
-    row, base = fitting[arm], fitting.get(reference)
+    row, base = fitting[arm], result.get(reference) if (result.get(reference) or {}).get("longest_fit") else None
     text = f"longest: {arm} fits {row['longest_fit']:,} tokens"
     if base and arm != reference:
         text += f" ({row['vs_' + reference]:.2f}x {reference}'s {base['longest_fit']:,})"
@@ -159,7 +190,7 @@ def recommendation(result: dict[str, Any], reference: str = "eager") -> str:
     text += f", at {speed:,.0f} tokens/s there" if speed else ", tokens/s there not measured"
     if base and arm != reference and base["tokens_per_s"]:
         text += f" ({reference}: {base['tokens_per_s']:,.0f} tokens/s at its longest)"
-    return text
+    return text + why
 
 
 BREAKDOWN_ROWS: tuple[tuple[str, str], ...] = (

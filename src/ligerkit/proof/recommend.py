@@ -178,14 +178,23 @@ def gradient_arms(arms: Sequence[str]) -> list[str]:
     return [*refs, *dict.fromkeys(a for a in arms if a not in refs)]
 
 
-def check_gradients(grads: Mapping[str, GradErrors], tolerance: GradTolerance | None = None) -> dict[str, GradCheck]:
-    """Judge every arm of ``grads`` against its reference (:func:`reference_of`); ``grads`` may also hold
-    ``float32`` (ignored) and must hold each arm's reference."""
+def check_gradients(grads: Mapping[str, GradErrors], tolerance: GradTolerance | None = None,
+                    references: Mapping[str, str] | None = None) -> dict[str, GradCheck]:
+    """Judge every arm of ``grads`` against its reference: :func:`reference_of` for the bench's arms, or
+    ``references`` (arm to reference, any names: the context sweep's ``ARM+VARIANT`` arms; an arm that is
+    its own reference is judged as one); ``grads`` may also hold ``float32`` (ignored) and must hold each
+    arm's reference."""
     tolerance = tolerance or GradTolerance()
+    refs = dict(references) if references is not None else {a: reference_of(a) for a in grads if a in ARMS}
+
+    def depth(arm: str) -> int:  # references are judged before the arms they bound
+        return 0 if refs.get(arm, arm) == arm or refs[arm] not in refs else 1 + depth(refs[arm])
+
     checks: dict[str, GradCheck] = {}
-    order = sorted((a for a in grads if a in ARMS), key=lambda a: (a != REFERENCE_ARM, a != COMPILED_REFERENCE))
-    for arm in order:
-        reference = reference_of(arm)
+    for arm in sorted(refs, key=depth):
+        reference = refs[arm]
+        if arm not in grads:
+            raise ValueError(f"no gradients of {arm!r} to judge")
         if reference not in grads:
             raise ValueError(f"the gradients of {arm!r} need those of its reference arm {reference!r}")
         checks[arm] = _check_one(arm, grads[arm], reference, grads[reference], tolerance, checks.get(reference))
