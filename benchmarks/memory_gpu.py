@@ -72,7 +72,7 @@ def main() -> None:
         census = SavedCensus(model) if args.saved else None
         if census is not None:
             module.within = lambda: census  # entered inside the recompute keys' hooks
-        offloaded, held = (engine.offload.bytes_offloaded, engine.offload.bytes_kept) if engine.offload else (0, 0)
+        offloaded, kept_before = (engine.offload.bytes_offloaded, engine.offload.bytes_kept) if engine.offload else (0, 0)
         torch.cuda.reset_peak_memory_stats()
         loss = module(batch)
         module.within = nullcontext
@@ -89,7 +89,7 @@ def main() -> None:
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
                       "host_offloaded_gib": ((engine.offload.bytes_offloaded - offloaded) / GIB
                                              if engine.offload is not None else 0.0),
-                      "offload_kept_on_device_gib": ((engine.offload.bytes_kept - held) / GIB
+                      "offload_kept_on_device_gib": ((engine.offload.bytes_kept - kept_before) / GIB
                                                      if engine.offload is not None else 0.0),
                       **({"saved_gib": census.kept_bytes / GIB, "saved_replaced": census.replaced,
                           "saved_by_kind": census.table("kind"), "saved_by_producer": census.table("producer")}

@@ -217,3 +217,52 @@ def test_the_footprint_moves_the_layers_inputs_to_host_memory_and_refuses_what_t
         F.check_footprint(engine.config, engine.model_config(), torch.device("cuda"))
     monkeypatch.setattr(F, "host_memory", lambda: offloaded.host_bytes)
     F.check_footprint(engine.config, engine.model_config(), torch.device("cuda"))
+
+
+def test_the_footprint_counts_pinned_blocks_splits_at_the_budget_and_refuses_a_budget_that_holds_no_input(monkeypatch):
+    from ligerkit.train.memory.offload import pinned_size
+    from ligerkit.train.recipe import footprint as F
+
+    assert [pinned_size(n) for n in (0, 1, 3, 1024, 1025)] == [0, 1, 4, 1024, 2048]
+    one = 2 * 3000 * 64 * 4  # micro-batch 2 x 3000 tokens x width 64, float32: 1,536,000 bytes
+    block = pinned_size(one)  # 2 MiB on CUDA
+    sets = [*SETS, "data.seq_len=3000", "train.activation_checkpointing=offload"]
+    engine = load_engine(QWEN3_CPU, [*sets, f"train.memory.offload_budget_gib={1.5 * block / 2**30!r}"])
+    found = F.estimate(engine.config, engine.model_config(), torch.device("cuda"))
+    assert (found.offloaded, found.offload_block) == (block, block)  # one layer of two: the other on the device
+    kept = F.estimate(load_engine(QWEN3_CPU, [*SETS, "data.seq_len=3000", "train.activation_checkpointing=true"])
+                      .config, engine.model_config(), torch.device("cuda"))
+    assert kept.activations - found.activations == one
+    monkeypatch.setattr(F, "device_memory", lambda device: 2**40)
+    small = load_engine(QWEN3_CPU, [*sets, f"train.memory.offload_budget_gib={0.9 * block / 2**30!r}"])
+    with pytest.raises(ConfigError, match=r"holds no layer's input at data.seq_len=3,000 \(one takes 0.002 GiB"):
+        F.check_footprint(small.config, small.model_config(), torch.device("cuda"))
+
+
+def test_an_input_kept_past_the_budget_starts_bringing_back_the_last_one_in_host_memory():
+    offload = HostOffload(budget=64)
+    first, second, third = torch.ones(4, 4), torch.full((4, 4), 2.0), torch.full((4, 4), 3.0)  # 64 bytes each
+    handle = offload.pack(first)
+    assert offload.pack(second) is second and offload.pack(third) is third
+    assert offload.unpack(third) is third and handle.back is None  # not yet: two layers before it is needed
+    assert offload.unpack(second) is second and handle.back is not None  # the next one backward needs
+    assert torch.equal(offload.unpack(handle), first)
+
+
+@pytest.mark.parametrize("value", ["true", "0", "-1", "abc", ".nan"])
+def test_a_budget_that_is_not_auto_or_a_positive_number_is_refused(value):
+    with pytest.raises(ConfigError, match=f"offload_budget_gib: .*write auto or a number of GiB above 0"):
+        load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload", f"train.memory.offload_budget_gib={value}"])
+
+
+def test_a_budget_written_as_yaml_reads_it_and_one_without_offload_names_the_line_that_set_it(tmp_path):
+    engine = load_engine(QWEN3_CPU, [*SETS, "train.activation_checkpointing=offload", "train.memory.offload_budget_gib=2e3"])
+    assert engine.config.train.memory.offload_budget_gib == 2000.0
+    with pytest.raises(ConfigError, match=r"the file itself is fine[^\n]*\n  --set train.memory.offload_budget_gib=8.0: "
+                                          r".*train.activation_checkpointing=false; set it to offload"):
+        load_engine(QWEN3_CPU, [*SETS, "train.memory.offload_budget_gib=8.0"])
+    config = tmp_path / "offload.yaml"
+    config.write_text(QWEN3_CPU.read_text().replace("train: {", "train: {activation_checkpointing: offload, "
+                                                    "memory: {offload_budget_gib: 4}, "))
+    with pytest.raises(ConfigError, match=r"--set train.activation_checkpointing=true: .*offload_budget_gib"):
+        load_engine(config, [*SETS, "train.activation_checkpointing=true"])

@@ -181,17 +181,13 @@ def gradient_arms(arms: Sequence[str]) -> list[str]:
 def check_gradients(grads: Mapping[str, GradErrors], tolerance: GradTolerance | None = None,
                     references: Mapping[str, str] | None = None) -> dict[str, GradCheck]:
     """Judge every arm of ``grads`` against its reference: :func:`reference_of` for the bench's arms, or
-    ``references`` (arm to reference, any names: the context sweep's ``ARM+VARIANT`` arms; an arm that is
-    its own reference is judged as one); ``grads`` may also hold ``float32`` (ignored) and must hold each
-    arm's reference."""
+    ``references`` (arm to reference, any names, e.g. the context sweep's ``ARM+VARIANT``; an arm its own
+    reference is judged as one); ``grads`` may hold ``float32`` (ignored) and must hold every reference."""
     tolerance = tolerance or GradTolerance()
     refs = dict(references) if references is not None else {a: reference_of(a) for a in grads if a in ARMS}
-
-    def depth(arm: str) -> int:  # references are judged before the arms they bound
-        return 0 if refs.get(arm, arm) == arm or refs[arm] not in refs else 1 + depth(refs[arm])
-
+    depth = lambda arm: 0 if refs[arm] in (arm, None) or refs[arm] not in refs else 1 + depth(refs[arm])  # noqa: E731
     checks: dict[str, GradCheck] = {}
-    for arm in sorted(refs, key=depth):
+    for arm in sorted(refs, key=depth):  # references before the arms they bound
         reference = refs[arm]
         if arm not in grads:
             raise ValueError(f"no gradients of {arm!r} to judge")

@@ -9,6 +9,7 @@ sends the reader to a config file that holds no mistake.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 SET = "--set "
@@ -27,10 +28,13 @@ def given_by(key: str, overrides: Sequence[str]) -> str | None:
 
 def named_in(problem: str, overrides: Sequence[str]) -> str | None:
     """The last ``--set`` line whose key and value the text of ``problem`` names (``num_attention_heads=3``:
-    a rule across keys, found at another key than the one the line set), or ``None``."""
+    a rule across keys, found at another key than the one the line set), or whose whole dotted key it
+    names (``train.optim.warmup_steps (100) is more than ...``: a rule across sections), or ``None``."""
     for item in reversed(overrides):
         key, _, value = item.partition("=")
-        if f"{key.strip().rsplit('.', 1)[-1]}={value.strip()}" in problem:
+        key = key.strip()
+        if f"{key.rsplit('.', 1)[-1]}={value.strip()}" in problem or (
+                "." in key and re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", problem)):
             return item
     return None
 

@@ -75,6 +75,18 @@ def tiled_mlp_needs_liger_uncompiled(config: RecipeConfig) -> str | None:
     return None
 
 
+def offload_budget_needs_offload(config: RecipeConfig) -> str | None:
+    """``train.memory.offload_budget_gib`` limits what offload keeps in host memory: without
+    ``train.activation_checkpointing: offload`` it would change nothing."""
+    t = config.train
+    if t.memory.offload_budget_gib == "auto" or t.activation_checkpointing == "offload":
+        return None
+    return (f"train.memory.offload_budget_gib: {t.memory.offload_budget_gib:g} GiB limits what "
+            "train.activation_checkpointing: offload keeps in host memory, but "
+            f"train.activation_checkpointing={str(t.activation_checkpointing).lower()}; set it to offload, or leave "
+            "the budget out")
+
+
 def default_run_folder_fits(config: RecipeConfig) -> str | None:
     """Without ``train.run.output_dir`` the run folder is ``train.run.runs_dir/<name>/<stamp>``: it must fit."""
     if config.train.run.output_dir is not None:
@@ -88,7 +100,7 @@ def default_run_folder_fits(config: RecipeConfig) -> str | None:
 
 RULES: tuple[Callable[[RecipeConfig], str | None], ...] = (
     warmup_within_steps, fused_loss_alone, recomputes_see_liger, trace_needs_liger, tiled_mlp_needs_liger_uncompiled,
-    default_run_folder_fits)
+    offload_budget_needs_offload, default_run_folder_fits)
 """Every cross-section rule, in the order their problems are listed."""
 
 

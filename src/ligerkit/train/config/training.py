@@ -20,6 +20,7 @@ written before the sections existed keep the flat keys; ``ligerkit.train.config.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Annotated, Literal
 
@@ -109,10 +110,19 @@ class MemoryConfig(Strict):
     @field_validator("offload_budget_gib", mode="before")
     @classmethod
     def _budget_value(cls, value: object) -> object:
-        """One message for a value that is neither auto nor a positive number of GiB."""
-        if value == "auto" or (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 2**30):
+        """One message for a value that is neither auto nor a positive number of GiB (YAML reads ``2e3``,
+        without a dot, as text: a number all the same)."""
+        if value == "auto":
             return value
-        raise ValueError(f"write auto or a positive number of GiB (got {value!r})")
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+        if isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number) and number > 0:
+            return number
+        raise ValueError(f"write auto or a number of GiB above 0 (got {value!r})")
 
 
 class TrainConfig(Strict):
@@ -162,14 +172,6 @@ class TrainConfig(Strict):
         if isinstance(value, bool) or value == "offload":
             return value
         raise ValueError(f"write true, false or offload (got {value!r})")
-
-    @model_validator(mode="after")
-    def _budget_needs_offload(self) -> TrainConfig:
-        if self.memory.offload_budget_gib != "auto" and self.activation_checkpointing != "offload":
-            raise ValueError(f"memory.offload_budget_gib={self.memory.offload_budget_gib:g} limits what "
-                             "activation_checkpointing: offload keeps in host memory, but activation_checkpointing is "
-                             f"{str(self.activation_checkpointing).lower()}; set it to offload, or leave the budget out")
-        return self
 
     @model_validator(mode="after")
     def _offload_uncompiled(self) -> TrainConfig:

@@ -19,7 +19,9 @@ goes through checkpointing's own hooks), so :class:`HostOffload`'s hooks see exa
 The values are copied bit for bit and the unpacked tensor takes the saved one's place in the graph, so
 loss and gradients are those of ``true``. A ``budget`` caps the bytes held in host memory at once: an
 input that would pass it stays on the device, as with ``true`` (the first layers' inputs go to the host,
-which backward needs last; the later ones stay), so device and host memory together hold the inputs. On a CPU the same hooks copy within host memory (what the
+which backward needs last; the later ones stay), so device and host memory together hold the inputs.
+The budget counts pinned blocks as PyTorch's host allocator makes them (:func:`pinned_size`: a power of
+two), so it bounds what the process really pins. On a CPU the same hooks copy within host memory (what the
 CPU tests run); the trainer refuses the key there, where it saves nothing.
 """
 
@@ -33,7 +35,13 @@ import torch
 
 from ligerkit.errors import LigerKitError
 
-__all__ = ["HostOffload", "Offloaded"]
+__all__ = ["HostOffload", "Offloaded", "pinned_size"]
+
+
+def pinned_size(nbytes: int) -> int:
+    """The pinned host memory a buffer of ``nbytes`` takes: PyTorch's caching host allocator rounds each
+    block up to a power of two (and keeps freed blocks for reuse), so that is what a budget counts."""
+    return 1 << (nbytes - 1).bit_length() if nbytes > 0 else 0
 
 
 @dataclass(eq=False)
@@ -65,8 +73,9 @@ class HostOffload:
     bytes_offloaded: int = 0
     kept: int = 0
     bytes_kept: int = 0
-    held: int = 0  # bytes in host memory now: the host copies of saved inputs whose graph is alive
+    held: int = 0  # pinned bytes now (blocks as allocated): the host copies of saved inputs whose graph is alive
     _last: weakref.ref[Offloaded] | None = field(default=None, repr=False)
+    _boundary: tuple[weakref.ref[torch.Tensor], weakref.ref[Offloaded]] | None = field(default=None, repr=False)
     _stream: Any = field(default=None, repr=False)
 
     def _side_stream(self, device: torch.device) -> Any:
@@ -78,11 +87,15 @@ class HostOffload:
         """Queue ``tensor``'s copy to host memory and return its handle; past the budget, ``tensor`` itself
         (kept on the device)."""
         size = tensor.numel() * tensor.element_size()
-        if self.budget is not None and self.held + size > self.budget:
+        cuda = tensor.device.type == "cuda"
+        block = pinned_size(size) if cuda else size  # what the host copy takes
+        if self.budget is not None and self.held + block > self.budget:
             self.kept += 1
             self.bytes_kept += size
+            last = self._last() if self._last is not None else None
+            if last is not None and not last.fetched and (self._boundary is None or self._boundary[1]() is not last):
+                self._boundary = (weakref.ref(tensor), weakref.ref(last))  # the first input kept after the host's
             return tensor
-        cuda = tensor.device.type == "cuda"
         host = torch.empty_like(tensor, device="cpu", pin_memory=cuda)  # its strides: the same kernels run after
         ready = None
         if cuda:
@@ -101,8 +114,8 @@ class HostOffload:
         self._last = weakref.ref(handle)
         self.packed += 1
         self.bytes_offloaded += size
-        self.held += size
-        weakref.finalize(handle, self._release, size).atexit = False  # its graph gone, the host copy with it
+        self.held += block
+        weakref.finalize(handle, self._release, block).atexit = False  # its graph gone, the host copy with it
         return handle
 
     def _release(self, size: int) -> None:
@@ -124,7 +137,11 @@ class HostOffload:
 
     def unpack(self, handle: Offloaded | torch.Tensor) -> torch.Tensor:
         """The saved input, on its device again; the input saved before it starts coming back."""
-        if isinstance(handle, torch.Tensor):  # kept on the device: past the budget
+        if isinstance(handle, torch.Tensor):  # kept on the device, past the budget
+            if self._boundary is not None and self._boundary[0]() is handle:
+                last = self._boundary[1]()  # the last input in host memory: backward needs it next
+                if last is not None and not last.fetched:
+                    self._fetch(last)
             return handle
         if handle.back is None:  # not prefetched (or unpacked once already: a second backward)
             self._fetch(handle)

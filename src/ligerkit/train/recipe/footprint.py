@@ -12,9 +12,10 @@ machine swapping, or data preparation looping for hours before the first step. T
   sharded over the ranks under FSDP), plus one micro-batch's activations: one saved hidden state per
   layer and the logits (all of them on the standard loss path, ``chunk_tokens`` rows on the fused one);
 - in host memory: one step's micro-batches for every rank on the host (three int64 tensors each); with
-  ``train.activation_checkpointing: offload`` the saved hidden states up to the offload budget
-  (:func:`offload_budget`), there instead of on the device (pinned host memory the system cannot page
-  out); and on a CPU run everything above as well.
+  ``train.activation_checkpointing: offload`` the saved hidden states, layer by layer up to the offload
+  budget (:func:`offload_budget`), there instead of on the device (pinned host memory the system cannot
+  page out, in the power-of-two blocks PyTorch's host allocator makes); and on a CPU run everything above
+  as well. A budget that holds no layer's input is refused (offload would move nothing).
 
 Because every term is at most what training really holds, a refused config cannot fit; a config that
 passes may still run out of memory (that is the allocator's to say).
@@ -30,6 +31,7 @@ import torch
 
 from ligerkit.loss.liger_chunks import CHUNK_TOKENS
 from ligerkit.train.config import ConfigError, RecipeConfig
+from ligerkit.train.memory.offload import pinned_size
 from ligerkit.train.models import resolve_dtype
 
 MAX_SAMPLES_PER_STEP = 1 << 20  # per rank: data preparation beyond this runs for many minutes per step
@@ -95,7 +97,8 @@ class Footprint:
     samples_per_step: int  # per rank
     device_type: str
     ranks_on_host: int = 1
-    offloaded: int = 0  # host: the layers' saved inputs under train.activation_checkpointing: offload
+    offloaded: int = 0  # host, pinned: the layers' saved inputs under activation_checkpointing: offload
+    offload_block: int = 0  # the pinned block of the smallest layer input (offload only)
 
     @property
     def device_bytes(self) -> int:
@@ -140,10 +143,17 @@ def estimate(config: RecipeConfig, model_config: Any, device: torch.device, worl
     shard = -(-params * size // world_size)
     per_rank = t.global_batch_size // max(world_size, 1)
     trained = 0 if t.lora is not None else shard  # adapters: a lower bound leaves their few weights out
-    offloaded = min(saved * size, offload_budget(t.memory.offload_budget_gib)) \
-        if t.activation_checkpointing == "offload" else 0
-    return Footprint(params, dtype, shard, trained, 2 * trained, (saved + logits) * size - offloaded,
-                     per_rank * ranks_on_host * seq * 8 * 3, per_rank, device.type, ranks_on_host, offloaded)
+    moved, offloaded, blocks = 0, 0, []
+    if t.activation_checkpointing == "offload":  # layer by layer, in forward order, until the budget is held
+        budget, cuda = offload_budget(t.memory.offload_budget_gib), device.type == "cuda"
+        for p in text:
+            one = t.micro_batch_size * seq * _get(p, "hidden") * size
+            blocks.append(block := pinned_size(one) if cuda else one)
+            layers = min(max(_get(p, "layers"), 1), (budget - offloaded) // block if block else 0)
+            moved, offloaded = moved + layers * one, offloaded + layers * block
+    return Footprint(params, dtype, shard, trained, 2 * trained, (saved + logits) * size - moved,
+                     per_rank * ranks_on_host * seq * 8 * 3, per_rank, device.type, ranks_on_host, offloaded,
+                     min(blocks, default=0))
 
 
 def host_memory() -> int:
@@ -194,6 +204,13 @@ def check_footprint(config: RecipeConfig, model_config: Any, device: torch.devic
             f"train.global_batch_size={config.train.global_batch_size:,} makes {found.samples_per_step:,} samples "
             f"per rank for every step (at most {MAX_SAMPLES_PER_STEP:,}: more would prepare data for many minutes "
             f"before each step; {found.describe()}). Lower train.global_batch_size, or spread it over more ranks")
+    if config.train.activation_checkpointing == "offload" and device.type == "cuda" and not found.offloaded:
+        budget = offload_budget(config.train.memory.offload_budget_gib)
+        raise ConfigError(
+            f"train.memory.offload_budget_gib ({config.train.memory.offload_budget_gib}: {gib(budget)} on this "
+            f"machine) holds no layer's input at data.seq_len={config.data.seq_len:,} (one takes "
+            f"{gib(found.offload_block)} of pinned memory), so offload would move nothing. Raise the budget, or set "
+            "train.activation_checkpointing: true")
     on_device = device_memory(device)
     if on_device is not None and found.device_bytes > on_device:
         raise ConfigError(f"this config needs at least {gib(found.device_bytes)} per GPU, and {device} has "
