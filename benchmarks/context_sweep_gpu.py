@@ -84,6 +84,10 @@ def main() -> None:
                         help="once the search is complete, where each arm's memory goes at its longest length "
                              "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
     args = parser.parse_args()
+    if args.grads is not None and args.grads <= 0:
+        parser.error(f"--grads takes a length in tokens above 0 (got {args.grads})")
+    if (args.grads is not None or args.breakdown) and not torch.cuda.is_available():
+        parser.error("--grads and --breakdown measure on a CUDA GPU, and this machine has none")
     began = time.monotonic()
     config = resolve_config(args.recipe)
     out = Path(args.out)
@@ -94,7 +98,7 @@ def main() -> None:
         arm_spec(spec)  # every arm named before the first trial
     reference = args.reference or arms[0]
     checks = None
-    if args.grads:
+    if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
         if grads_file.exists():
             found = json.loads(grads_file.read_text())
