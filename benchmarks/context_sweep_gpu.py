@@ -4,12 +4,16 @@ Per arm, sequence lengths double from ``--start`` until a run does not fit (out 
 by the footprint check), then are bisected until the longest fit and the shortest miss are within
 ``--precision``. Every trial is one ``ligerkit train`` process of ``--steps`` steps (the second step
 holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
-finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited
-command (``--deadline`` seconds: no trial starts after it). With ``--grads LENGTH``, every arm's step-1
-gradients are checked first at that (shorter) length against a float32 run, judged against the
-reference arm's (an arm that fails is left out of the recommendation). With ``--breakdown``, a complete search
-also says where each arm's memory goes at its longest length (``benchmarks/memory_gpu.py --saved``:
-weights, states, what the forward keeps by kind of module, the peak).
+finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited command
+(``--deadline`` seconds: no trial starts that would end after it, as the arm's longest trial so far
+predicts it). A length whose trial would take longer than ``--deadline`` itself is recorded as too slow
+to measure, a miss for the search: that arm's longest fit is then bounded by time, not by memory.
+
+With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
+a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
+With ``--breakdown``, a complete search also says where each arm's memory goes at its longest length
+(``benchmarks/memory_gpu.py --saved``: weights, states, what the forward keeps by kind of module, the
+peak).
 
     python benchmarks/context_sweep_gpu.py --out $OUT/context.jsonl [--recipe qwen3] \
         [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540] \
@@ -32,23 +36,27 @@ from pathlib import Path
 import torch
 
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
-from ligerkit.proof.context_sweep import (Trial, arm_spec, breakdown_markdown, next_length, recommendation,
-                                          summary, sweep_gradients, to_markdown, trial_overrides)
+from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_markdown, next_length,
+                                          predicted_seconds, recommendation, summary, sweep_gradients, to_markdown,
+                                          trial_overrides)
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import does_not_fit
 
 
 def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
-    """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory and tokens/s) or not (why)."""
+    """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory, tokens/s and times) or not
+    (why)."""
+    began = time.monotonic()
     try:
         run = default_runner()(config, trial_overrides(spec, seq_len, extra, steps))
     except ArmFailedError as exc:
         why = does_not_fit(str(exc))
         if why is None:
             raise
-        return Trial(spec, seq_len, False, why)
+        return Trial(spec, seq_len, False, why, seconds=time.monotonic() - began)
     row = summarize(run, min(1, steps - 1))
-    return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"))
+    return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"),
+                 time.monotonic() - began, row.get("step_time_s"))
 
 
 def breakdown(config: Path, spec: str, seq_len: int, extra: list[str]) -> dict:
@@ -73,7 +81,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1 << 20)
     parser.add_argument("--precision", type=float, default=0.10)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--deadline", type=float, default=540, help="seconds after which no trial starts")
+    parser.add_argument("--deadline", type=float, default=540,
+                        help="seconds after which no trial ends (one predicted to end later does not start)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
     parser.add_argument("--grads", type=int, metavar="LENGTH",
@@ -114,7 +123,16 @@ def main() -> None:
     for arm in arms:
         while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
                                      args.precision)) is not None:
-            if time.monotonic() - began > args.deadline:
+            mine = [t for t in trials if t.arm == arm]
+            guess = predicted_seconds(mine, length, args.steps)
+            if guess is not None and guess > args.deadline:  # no command of this sweep could run it
+                # a prediction, not a measurement: kept for this search and its summary, not in --out
+                trial = Trial(arm, length, False, f"{TOO_SLOW}: about {guess:,.0f} s a trial, over --deadline "
+                                                  f"{args.deadline:g} s")
+                trials.append(trial)
+                print(f"{arm} {length}: {trial.reason}", flush=True)
+                continue
+            if time.monotonic() - began + (guess or 0.0) > args.deadline:
                 done = False
                 break
             t0 = time.monotonic()

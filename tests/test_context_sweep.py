@@ -197,3 +197,56 @@ def test_check_gradients_takes_references_by_name_and_judges_references_first():
     assert not checks["b+x"].passed and "over 2 x a+ckpt" in checks["b+x"].reason
     with pytest.raises(ValueError, match="no gradients of 'c'"):
         check_gradients(grads, references={"c": "a+ckpt"})
+
+
+def test_a_trials_time_is_predicted_from_the_longest_timed_fit_with_steps_growing_as_the_square():
+    from ligerkit.proof.context_sweep import predicted_seconds
+
+    assert predicted_seconds([Trial("a", 4096, True)], 8192, 2) is None  # untimed (an older record)
+    trials = [Trial("a", 4096, True, seconds=50.0, step_s=5.0), Trial("a", 8192, True, seconds=80.0, step_s=20.0),
+              Trial("a", 16384, False, "out of memory", seconds=30.0)]
+    # start-up 80 - 2 x 20 = 40 s, then each step 20 s x (16384 / 8192)^2
+    assert predicted_seconds(trials, 16384, 2) == 40.0 + 2 * 80.0
+    assert Trial(**{"arm": "a", "seq_len": 1, "fits": True}).seconds is None  # records before the times load
+
+
+def test_an_arm_bounded_by_time_says_so_in_the_recommendation():
+    from ligerkit.proof.context_sweep import TOO_SLOW, recommendation
+
+    trials = [Trial("eager", 8192, True, tokens_per_s=900.0), Trial("eager", 16384, False, "out of memory"),
+              Trial("fused", 65536, True, tokens_per_s=500.0),
+              Trial("fused", 131072, False, f"{TOO_SLOW}: about 1,200 s a trial, over --deadline 540 s")]
+    result = summary(trials, ["eager", "fused"])
+    assert recommendation(result).endswith("its longest is bounded by the sweep's time limit, not by memory")
+    assert f"| fused | 65536 | 8.00x | 131072 | {TOO_SLOW}: about 1,200 s" in to_markdown(result)
+
+
+def test_the_sweep_skips_a_length_no_command_could_measure_and_keeps_it_out_of_its_record(monkeypatch, tmp_path):
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "context_sweep_gpu.py"
+    spec = importlib.util.spec_from_file_location("context_sweep_gpu_loop", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ran = []
+
+    def trial(config, arm, length, steps, extra):  # every length fits; a step takes (length / 4096)^2 seconds
+        ran.append(length)
+        step = (length / 4096) ** 2
+        return Trial(arm, length, True, tokens_per_s=1.0, seconds=10 + steps * step, step_s=step)
+
+    monkeypatch.setattr(script, "run_trial", trial)
+    monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    out = tmp_path / "sweep.jsonl"
+    monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096",
+                                      "--limit", "65536", "--deadline", "100", "--precision", "0.3"])
+    script.main()
+    # 4096 (12 s), 8192 (18 s), 16384 (42 s), 32768 predicted 10 + 2 x 64 = 138 s > 100: not run; bisected below
+    assert ran[:3] == [4096, 8192, 16384] and 32768 not in ran
+    recorded = [json.loads(line)["seq_len"] for line in out.read_text().splitlines()]
+    assert recorded == ran  # the prediction is not a measurement: not in the record
+    row = json.loads(out.with_suffix(".summary.json").read_text())["arms"]["eager"]
+    assert row["longest_fit"] == max(ran) and row["miss_reason"].startswith("too slow to measure")

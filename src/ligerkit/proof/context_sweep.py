@@ -94,10 +94,29 @@ class Trial:
     reason: str = ""
     peak_mem_gib: float | None = None
     tokens_per_s: float | None = None
+    seconds: float | None = None  # the trial's wall time, process start to end
+    step_s: float | None = None  # one training step's time (the median), within it
 
     def to_dict(self) -> dict[str, Any]:
         """The trial as a JSON object (one line of the sweep's record)."""
         return asdict(self)
+
+
+TOO_SLOW = "too slow to measure"
+"""The reason of a length no trial can reach within the sweep's time limit (:func:`predicted_seconds`)."""
+
+
+def predicted_seconds(trials: Sequence[Trial], seq_len: int, steps: int) -> float | None:
+    """About how long a trial of ``steps`` steps at ``seq_len`` takes, from the longest timed trial that fit
+    (``None`` without one): its start-up time as it was, each step's time grown with the square of the
+    length (attention's share, which dominates at long sequences; the rest grows linearly, so this errs
+    long)."""
+    timed = [t for t in trials if t.fits and t.seconds is not None and t.step_s is not None]
+    if not timed:
+        return None
+    base = max(timed, key=lambda t: t.seq_len)
+    start_up = max(base.seconds - steps * base.step_s, 0.0)
+    return start_up + steps * base.step_s * (seq_len / base.seq_len) ** 2
 
 
 def bounds(trials: Sequence[Trial]) -> tuple[int | None, int | None]:
@@ -190,6 +209,8 @@ def recommendation(result: dict[str, Any], reference: str = "eager",
     text += f", at {speed:,.0f} tokens/s there" if speed else ", tokens/s there not measured"
     if base and arm != reference and base["tokens_per_s"]:
         text += f" ({reference}: {base['tokens_per_s']:,.0f} tokens/s at its longest)"
+    if (row["miss_reason"] or "").startswith(TOO_SLOW):
+        text += "; its longest is bounded by the sweep's time limit, not by memory"
     return text + why
 
 
