@@ -130,7 +130,7 @@ def test_a_host_copy_is_made_at_pack_and_a_tensor_of_its_own_comes_back():
     handle = offload.pack(t)
     t.add_(100)  # the forward may reuse the memory once packed: the copy holds the packed values
     back = offload.unpack(handle)
-    assert torch.equal(back, torch.arange(6.0).reshape(2, 3)) and back.data_ptr() != handle.host.data_ptr()
+    assert torch.equal(back, torch.arange(6.0).reshape(2, 3)) and back.data_ptr() != handle.host[0].data_ptr()
     assert torch.equal(offload.unpack(handle), back)  # a second backward unpacks it again
 
 
@@ -266,3 +266,26 @@ def test_a_budget_written_as_yaml_reads_it_and_one_without_offload_names_the_lin
                                                     "memory: {offload_budget_gib: 4}, "))
     with pytest.raises(ConfigError, match=r"--set train.activation_checkpointing=true: .*offload_budget_gib"):
         load_engine(config, [*SETS, "train.activation_checkpointing=true"])
+
+
+def test_a_large_input_is_held_in_pieces_that_waste_little_pinned_memory_and_comes_back_exactly():
+    from ligerkit.train.memory.offload import SPLIT_FROM, host_pieces, pinned_size
+
+    gib = 2**30
+    assert host_pieces(10) == [10] and host_pieces(0) == []
+    assert host_pieces(int(2.5 * gib)) == [2 * gib, gib // 2] and pinned_size(int(2.5 * gib)) == int(2.5 * gib)
+    odd = 2 * gib + gib // 2 + 3 * 2**20  # two powers of two, then 3 MiB in a 4 MiB block
+    assert host_pieces(odd) == [2 * gib, gib // 2, 3 * 2**20] and pinned_size(odd) == odd + 2**20
+    for n in (SPLIT_FROM, 3 * SPLIT_FROM + 12345 * 4, int(7.3 * gib) // 4 * 4):
+        assert sum(host_pieces(n)) == n and pinned_size(n) <= n * 8 / 7 + 1, n
+    offload = HostOffload()
+    elements = (SPLIT_FROM + SPLIT_FROM // 2 + 4096) // 4  # float32: 64 MiB + 32 MiB + 16 KiB
+    t = torch.arange(elements, dtype=torch.float32).reshape(-1, 1024)
+    handle = offload.pack(t)
+    assert [p.numel() * 4 for p in handle.host] == host_pieces(elements * 4) and handle.shape == t.shape
+    back = offload.unpack(handle)
+    assert torch.equal(back, t) and back.shape == t.shape and back.is_contiguous()
+    strided = t.t()  # not contiguous: one piece with its strides
+    one = offload.pack(strided)
+    assert len(one.host) == 1 and one.host[0].stride() == strided.stride()
+    assert torch.equal(offload.unpack(one), strided)

@@ -100,3 +100,17 @@ def test_past_the_budget_the_inputs_stay_on_the_device_and_no_gradient_changes()
     saved, offload, _ = _compare(QWEN3_CPU, sets, (budget,))
     assert (offload.packed, offload.kept) == (half, config.num_hidden_layers - half)
     assert saved >= 0.9 * half * one, (saved, half * one)
+
+
+@pytest.mark.gpu
+def test_a_large_input_comes_back_from_its_pinned_pieces_bit_for_bit():
+    from ligerkit.train.memory.offload import HostOffload, SPLIT_FROM, host_pieces
+
+    offload = HostOffload()
+    t = torch.randn((SPLIT_FROM + SPLIT_FROM // 2 + 4096) // 2, dtype=torch.bfloat16, device="cuda").reshape(-1, 2048)
+    with torch.autograd.graph.saved_tensors_hooks(offload.pack, offload.unpack):
+        x = t.detach().requires_grad_(True)
+        y = x.sin()  # sin saves its input
+    assert len(host_pieces(t.numel() * 2)) == 3 and all(p.is_pinned() for p in offload._last().host)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, t.cos(), rtol=0, atol=0)

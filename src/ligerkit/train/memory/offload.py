@@ -35,25 +35,45 @@ import torch
 
 from ligerkit.errors import LigerKitError
 
-__all__ = ["HostOffload", "Offloaded", "pinned_size"]
+__all__ = ["HostOffload", "Offloaded", "host_pieces", "pinned_size"]
+
+
+SPLIT_FROM = 64 * 2**20
+"""A saved input of at least this many bytes (and contiguous) is held in up to three pinned pieces."""
+
+
+def host_pieces(nbytes: int) -> list[int]:
+    """The byte sizes of the pieces a host copy of ``nbytes`` is held in: one below :data:`SPLIT_FROM`,
+    else the two largest powers of two that fit and the rest. PyTorch's caching host allocator rounds each
+    block it pins up to a power of two (and keeps freed blocks for reuse): one block for a 2.5 GiB input
+    would pin 4 GiB, the pieces pin 2.5; the rounding then wastes at most a seventh."""
+    if nbytes < SPLIT_FROM:
+        return [nbytes] if nbytes > 0 else []
+    pieces, left = [], nbytes
+    while left and len(pieces) < 2:
+        pieces.append(1 << (left.bit_length() - 1))
+        left -= pieces[-1]
+    return pieces + ([left] if left else [])
 
 
 def pinned_size(nbytes: int) -> int:
-    """The pinned host memory a buffer of ``nbytes`` takes: PyTorch's caching host allocator rounds each
-    block up to a power of two (and keeps freed blocks for reuse), so that is what a budget counts."""
-    return 1 << (nbytes - 1).bit_length() if nbytes > 0 else 0
+    """The pinned host memory a host copy of ``nbytes`` takes: its pieces (:func:`host_pieces`), each in a
+    block rounded up to a power of two, as the allocator makes them; what a budget counts."""
+    return sum(1 << (piece - 1).bit_length() for piece in host_pieces(nbytes))
 
 
 @dataclass(eq=False)
 class Offloaded:
-    """One saved input in host memory: where it came from, its host copy, and (on CUDA) the event that
-    marks the end of a copy in flight; ``before`` is the input saved just before it in the same forward
-    (the one backward needs next; a weak reference, so nothing outlives the graph that saved it), ``back``
-    the device tensor once a fetch is under way."""
+    """One saved input in host memory: where it came from, its host copy (one tensor with its strides, or
+    the pieces of a large contiguous one, flat, with ``shape`` set), and (on CUDA) the event that marks the
+    end of a copy in flight; ``before`` is the input saved just before it in the same forward (the one
+    backward needs next; a weak reference, so nothing outlives the graph that saved it), ``back`` the
+    device tensor once a fetch is under way."""
 
     device: torch.device
-    host: torch.Tensor
+    host: list[torch.Tensor]
     ready: Any = None
+    shape: torch.Size | None = None
     before: weakref.ref[Offloaded] | None = None  # weak: the graph alone keeps a saved input (and its host copy)
     back: torch.Tensor | None = None
     fetched: bool = False
@@ -96,21 +116,29 @@ class HostOffload:
             if last is not None and not last.fetched and (self._boundary is None or self._boundary[1]() is not last):
                 self._boundary = (weakref.ref(tensor), weakref.ref(last))  # the first input kept after the host's
             return tensor
-        host = torch.empty_like(tensor, device="cpu", pin_memory=cuda)  # its strides: the same kernels run after
+        pieces = host_pieces(size)
+        if len(pieces) > 1 and tensor.is_contiguous():  # flat pieces, each a whole power of two but the last
+            counts = [piece // tensor.element_size() for piece in pieces]
+            host = [torch.empty(n, dtype=tensor.dtype, pin_memory=cuda) for n in counts]
+            sources, shape = list(tensor.view(-1).split(counts)), tensor.shape
+        else:  # its strides: the same kernels run after
+            host, sources, shape = [torch.empty_like(tensor, device="cpu", pin_memory=cuda)], [tensor], None
         ready = None
         if cuda:
             stream = self._side_stream(tensor.device)
             stream.wait_stream(torch.cuda.current_stream(tensor.device))
             with torch.cuda.stream(stream):
-                host.copy_(tensor, non_blocking=True)
+                for piece, source in zip(host, sources, strict=True):
+                    piece.copy_(source, non_blocking=True)
                 ready = torch.cuda.Event()
                 ready.record(stream)
             tensor.record_stream(stream)  # its memory is reused only after the copy
         else:
-            host.copy_(tensor)
+            for piece, source in zip(host, sources, strict=True):
+                piece.copy_(source)
         last = self._last() if self._last is not None else None
         before = weakref.ref(last) if last is not None and not last.fetched else None  # else a new forward
-        handle = Offloaded(tensor.device, host, ready, before=before)
+        handle = Offloaded(tensor.device, host, ready, shape, before=before)
         self._last = weakref.ref(handle)
         self.packed += 1
         self.bytes_offloaded += size
@@ -125,13 +153,13 @@ class HostOffload:
         """Start bringing ``handle`` back to its device (on the side stream on CUDA)."""
         handle.fetched = True
         if handle.device.type != "cuda":  # a tensor of its own, as a device copy would be
-            handle.back = handle.host.clone() if handle.device.type == "cpu" else handle.host.to(handle.device)
+            handle.back = _joined(handle, non_blocking=False)
             return
         stream = self._side_stream(handle.device)
         with torch.cuda.stream(stream):
             if handle.ready is not None:
                 stream.wait_event(handle.ready)
-            handle.back = handle.host.to(handle.device, non_blocking=True)
+            handle.back = _joined(handle, non_blocking=True)
             handle.ready = torch.cuda.Event()
             handle.ready.record(stream)
 
@@ -173,3 +201,14 @@ class HostOffload:
                 f"{self.budget / 2**30:.3g} GiB, was reached)" if self.kept and self.budget is not None else "")
         return (f"{self.packed} checkpointed layer input(s), {self.bytes_offloaded / 2**30:.3f} GiB, kept in host "
                 f"memory in the first step{kept}")
+
+
+def _joined(handle: Offloaded, non_blocking: bool) -> torch.Tensor:
+    """``handle``'s input on its device again, a tensor of its own (on a CPU too)."""
+    if handle.shape is None:
+        one = handle.host[0]
+        return one.clone() if handle.device.type == "cpu" else one.to(handle.device, non_blocking=non_blocking)
+    back = torch.empty(handle.shape, dtype=handle.host[0].dtype, device=handle.device)
+    for target, piece in zip(back.view(-1).split([p.numel() for p in handle.host]), handle.host, strict=True):
+        target.copy_(piece, non_blocking=non_blocking)
+    return back
