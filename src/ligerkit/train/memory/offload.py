@@ -20,9 +20,10 @@ The values are copied bit for bit and the unpacked tensor takes the saved one's 
 loss and gradients are those of ``true``. A ``budget`` caps the bytes held in host memory at once: an
 input that would pass it stays on the device, as with ``true`` (the first layers' inputs go to the host,
 which backward needs last; the later ones stay), so device and host memory together hold the inputs.
-The budget counts pinned blocks as PyTorch's host allocator makes them (:func:`pinned_size`: a power of
-two), so it bounds what the process really pins. On a CPU the same hooks copy within host memory (what the
-CPU tests run); the trainer refuses the key there, where it saves nothing.
+PyTorch's host allocator pins each block rounded up to a power of two, so a large input is held in up to
+three pieces (:func:`host_pieces`) and the budget counts their blocks (:func:`pinned_size`): it bounds
+what the process really pins. On a CPU the same hooks copy within host memory (what the CPU tests run);
+the trainer refuses the key there, where it saves nothing.
 """
 
 from __future__ import annotations
@@ -59,7 +60,12 @@ def host_pieces(nbytes: int) -> list[int]:
 def pinned_size(nbytes: int) -> int:
     """The pinned host memory a host copy of ``nbytes`` takes: its pieces (:func:`host_pieces`), each in a
     block rounded up to a power of two, as the allocator makes them; what a budget counts."""
-    return sum(1 << (piece - 1).bit_length() for piece in host_pieces(nbytes))
+    return sum(_rounded(piece) for piece in host_pieces(nbytes))
+
+
+def _rounded(nbytes: int) -> int:
+    """``nbytes`` rounded up to a power of two: the block the host allocator pins for it."""
+    return 1 << (nbytes - 1).bit_length() if nbytes > 0 else 0
 
 
 @dataclass(eq=False)
@@ -108,7 +114,9 @@ class HostOffload:
         (kept on the device)."""
         size = tensor.numel() * tensor.element_size()
         cuda = tensor.device.type == "cuda"
-        block = pinned_size(size) if cuda else size  # what the host copy takes
+        pieces = host_pieces(size)
+        split = len(pieces) > 1 and tensor.is_contiguous()  # flat pieces, each a whole power of two but the last
+        block = sum(_rounded(p) for p in (pieces if split else [size])) if cuda else size  # what the copy pins
         if self.budget is not None and self.held + block > self.budget:
             self.kept += 1
             self.bytes_kept += size
@@ -116,8 +124,7 @@ class HostOffload:
             if last is not None and not last.fetched and (self._boundary is None or self._boundary[1]() is not last):
                 self._boundary = (weakref.ref(tensor), weakref.ref(last))  # the first input kept after the host's
             return tensor
-        pieces = host_pieces(size)
-        if len(pieces) > 1 and tensor.is_contiguous():  # flat pieces, each a whole power of two but the last
+        if split:
             counts = [piece // tensor.element_size() for piece in pieces]
             host = [torch.empty(n, dtype=tensor.dtype, pin_memory=cuda) for n in counts]
             sources, shape = list(tensor.view(-1).split(counts)), tensor.shape
