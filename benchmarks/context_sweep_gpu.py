@@ -155,17 +155,18 @@ def main() -> None:
     print("complete" if done else "stopped at the deadline: rerun the same command to continue")
     if args.breakdown and done:
         path = out.with_suffix(".breakdown.json")
-        found = json.loads(path.read_text()) if path.exists() else {}
+        measured = json.loads(path.read_text()) if path.exists() else {}
         for arm in arms:
             longest = result[arm]["longest_fit"]
-            if longest is None or found.get(arm, {}).get("seq_len") == longest:
+            if longest is None or measured.get(arm, {}).get("seq_len") == longest:
                 continue
-            if time.monotonic() - began > args.deadline:
+            guess = predicted_seconds([t for t in trials if t.arm == arm], longest, 2)  # memory_gpu: two steps
+            if time.monotonic() - began + (guess or 0.0) > args.deadline:
                 print("breakdown stopped at the deadline: rerun the same command to continue")
                 break
-            found[arm] = breakdown(config, arm, longest, args.set)
-            path.write_text(json.dumps(found, indent=2))
-        print(breakdown_markdown({arm: found[arm] for arm in arms if arm in found}))
+            measured[arm] = breakdown(config, arm, longest, args.set)
+            path.write_text(json.dumps(measured, indent=2))
+        print(breakdown_markdown({arm: measured[arm] for arm in arms if arm in measured}))
 
 
 if __name__ == "__main__":
