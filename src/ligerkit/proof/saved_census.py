@@ -151,7 +151,7 @@ class SavedCensus:
         key = _storage(packed)
         if key not in self._seen and key not in self._weights:  # kept with the graph: no address reused
             self._seen.add(key)
-            size = packed.untyped_storage().nbytes()
+            size = _nbytes(packed)
             self.by_kind.setdefault(self.kind_now(), Group()).add(size)
             self.by_producer.setdefault(_producer(packed), Group()).add(size)
         return packed
@@ -172,8 +172,20 @@ class SavedCensus:
 
 
 def _storage(tensor: torch.Tensor) -> int:
-    """An identity for ``tensor``'s storage, shared by its views (also on the meta device)."""
-    return tensor.untyped_storage()._cdata
+    """An identity for ``tensor``'s storage, shared by its views (also on the meta device); the tensor's own
+    for one without a plain storage (a tensor subclass)."""
+    try:
+        return tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(tensor)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    """The bytes ``tensor``'s storage holds (its own elements' for one without a plain storage)."""
+    try:
+        return tensor.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return tensor.numel() * tensor.element_size()
 
 
 def _producer(tensor: torch.Tensor) -> str:
