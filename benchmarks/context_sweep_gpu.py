@@ -121,9 +121,8 @@ def main() -> None:
                   f"({check.reason}; worst {check.max_error:.3g})", flush=True)
     done = True
     for arm in arms:
-        while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
+        while (length := next_length(mine := [t for t in trials if t.arm == arm], args.start, args.limit,
                                      args.precision)) is not None:
-            mine = [t for t in trials if t.arm == arm]
             guess = predicted_seconds(mine, length, args.steps)
             if guess is not None and guess > args.deadline:  # no command of this sweep could run it
                 # a prediction, not a measurement: kept for this search and its summary, not in --out

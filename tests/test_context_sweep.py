@@ -72,14 +72,19 @@ def test_a_sweep_arm_is_a_bench_arm_with_memory_variants_and_a_bad_one_names_the
         arm_spec("liger_fused+ckpt+offload")
 
 
-def test_the_recommendation_names_the_longest_arm_and_its_tokens_per_second_beside_eagers():
-    from ligerkit.proof.context_sweep import recommendation
-
+def _three_arms() -> dict:
+    """A sweep of eager+ckpt (8,192), liger_fused (65,536) and liger_fused+offload (98,304), against eager+ckpt."""
     trials = [Trial("eager+ckpt", 8192, True, tokens_per_s=900.0), Trial("eager+ckpt", 16384, False, "out of memory"),
               Trial("liger_fused+offload", 98304, True, tokens_per_s=610.0),
               Trial("liger_fused+offload", 131072, False, "out of memory"),
               Trial("liger_fused", 65536, True, tokens_per_s=800.0), Trial("liger_fused", 98304, False, "oom")]
-    result = summary(trials, ["eager+ckpt", "liger_fused", "liger_fused+offload"], reference="eager+ckpt")
+    return summary(trials, ["eager+ckpt", "liger_fused", "liger_fused+offload"], reference="eager+ckpt")
+
+
+def test_the_recommendation_names_the_longest_arm_and_its_tokens_per_second_beside_eagers():
+    from ligerkit.proof.context_sweep import recommendation
+
+    result = _three_arms()
     assert recommendation(result, "eager+ckpt") == (
         "longest: liger_fused+offload fits 98,304 tokens (12.00x eager+ckpt's 8,192), at 610 tokens/s there "
         "(eager+ckpt: 900 tokens/s at its longest)")
@@ -169,11 +174,7 @@ def test_an_arm_whose_gradients_failed_or_were_not_checked_is_left_out_of_the_re
     from ligerkit.proof.context_sweep import recommendation
     from ligerkit.proof.recommend import GradCheck
 
-    trials = [Trial("eager+ckpt", 8192, True, tokens_per_s=900.0), Trial("eager+ckpt", 16384, False, "oom"),
-              Trial("liger_fused+offload", 98304, True, tokens_per_s=610.0),
-              Trial("liger_fused+offload", 131072, False, "oom"),
-              Trial("liger_fused", 65536, True, tokens_per_s=800.0), Trial("liger_fused", 98304, False, "oom")]
-    result = summary(trials, ["eager+ckpt", "liger_fused", "liger_fused+offload"], reference="eager+ckpt")
+    result = _three_arms()
     checks = {"eager+ckpt": GradCheck("eager+ckpt", "eager+ckpt", True, "the reference"),
               "liger_fused+offload": GradCheck("liger_fused+offload", "eager+ckpt", False, "3 of 310 gradients over")}
     assert recommendation(result, "eager+ckpt", checks) == (
