@@ -6,8 +6,9 @@ by the footprint check), then are bisected until the longest fit and the shortes
 holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
 finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited command
 (``--deadline`` seconds: no trial starts that would end after it, as the arm's longest trial so far
-predicts it). A length whose trial would take longer than ``--deadline`` itself is recorded as too slow
-to measure, a miss for the search: that arm's longest fit is then bounded by time, not by memory.
+predicts it). A length whose trial would take longer than ``--trial-limit`` (default: ``--deadline``) is
+recorded as too slow to measure, a miss for the search: that arm's longest fit is then bounded by time, not
+by memory. Give ``--trial-limit`` when a command has less time left than a whole command would have.
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
@@ -83,6 +84,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--deadline", type=float, default=540,
                         help="seconds after which no trial ends (one predicted to end later does not start)")
+    parser.add_argument("--trial-limit", type=float, metavar="SECONDS",
+                        help="the longest one trial may take (default: --deadline): a length predicted to take "
+                             "longer is recorded as too slow to measure, whatever time this run has left")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
     parser.add_argument("--grads", type=int, metavar="LENGTH",
@@ -93,6 +97,9 @@ def main() -> None:
                         help="once the search is complete, where each arm's memory goes at its longest length "
                              "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
     args = parser.parse_args()
+    trial_limit = args.deadline if args.trial_limit is None else args.trial_limit
+    if args.deadline <= 0 or trial_limit <= 0:
+        parser.error(f"--deadline and --trial-limit take seconds above 0 (got {args.deadline:g}, {trial_limit:g})")
     if args.grads is not None and args.grads <= 0:
         parser.error(f"--grads takes a length in tokens above 0 (got {args.grads})")
     if (args.grads is not None or args.breakdown) and not torch.cuda.is_available():
@@ -124,10 +131,10 @@ def main() -> None:
         while (length := next_length(mine := [t for t in trials if t.arm == arm], args.start, args.limit,
                                      args.precision)) is not None:
             guess = predicted_seconds(mine, length, args.steps)
-            if guess is not None and guess > args.deadline:  # no command of this sweep could run it
+            if guess is not None and guess > trial_limit:  # no command of this sweep could run it
                 # a prediction, not a measurement: kept for this search and its summary, not in --out
-                trial = Trial(arm, length, False, f"{TOO_SLOW}: about {guess:,.0f} s a trial, over --deadline "
-                                                  f"{args.deadline:g} s")
+                trial = Trial(arm, length, False, f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the "
+                                                  f"{trial_limit:g} s one trial may take")
                 trials.append(trial)
                 print(f"{arm} {length}: {trial.reason}", flush=True)
                 continue

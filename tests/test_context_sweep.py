@@ -251,3 +251,36 @@ def test_the_sweep_skips_a_length_no_command_could_measure_and_keeps_it_out_of_i
     assert recorded == ran  # the prediction is not a measurement: not in the record
     row = json.loads(out.with_suffix(".summary.json").read_text())["arms"]["eager"]
     assert row["longest_fit"] == max(ran) and row["miss_reason"].startswith("too slow to measure")
+
+
+def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_length_too_slow(monkeypatch, tmp_path):
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "context_sweep_gpu.py"
+    spec = importlib.util.spec_from_file_location("context_sweep_gpu_limit", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ran = []
+
+    def trial(config, arm, length, steps, extra):  # as above: a step takes (length / 4096)^2 seconds
+        ran.append(length)
+        step = (length / 4096) ** 2
+        return Trial(arm, length, True, tokens_per_s=1.0, seconds=10 + steps * step, step_s=step)
+
+    monkeypatch.setattr(script, "run_trial", trial)
+    monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    out = tmp_path / "sweep.jsonl"
+    argv = ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", "65536",
+            "--deadline", "100", "--precision", "0.3", "--trial-limit", "1000"]
+    monkeypatch.setattr(sys, "argv", argv)
+    script.main()
+    # 32768 (predicted 138 s) fits a 1000 s trial but not this run's 100 s: the run stops, nothing is called too slow
+    assert ran == [4096, 8192, 16384]
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert summary["complete"] is False and summary["arms"]["eager"]["shortest_miss"] is None
+    monkeypatch.setattr(sys, "argv", [*argv[:-2], "--trial-limit", "0"])
+    with pytest.raises(SystemExit):
+        script.main()
