@@ -1,7 +1,7 @@
 """GPU: the longest sequence each arm trains at, batch 1 (``ligerkit.proof.context_sweep``).
 
-Per arm, sequence lengths double from ``--start`` until a run does not fit (out of memory, or refused
-by the footprint check), then are bisected until the longest fit and the shortest miss are within
+Per arm, sequence lengths double from ``--start`` (halved first while it does not fit) until a run does
+not fit (out of memory, or refused by the footprint check), then are bisected until the longest fit and the shortest miss are within
 ``--precision``. Every trial is one ``ligerkit train`` process of ``--steps`` steps (the second step
 holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
 finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited command
@@ -9,6 +9,8 @@ finish; rerunning with the same ``--out`` resumes the search, so the sweep fits 
 predicts it). A length whose trial would take longer than ``--trial-limit`` (default: ``--deadline``) is
 recorded as too slow to measure, a miss for the search: that arm's longest fit is then bounded by time, not
 by memory. Give ``--trial-limit`` when a command has less time left than a whole command would have.
+Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
+length the search skipped, and a fit there raises that arm's search.
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
@@ -77,22 +79,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSONL of trials (appended; resumed from)")
     parser.add_argument("--recipe", default="qwen3", help="recipe or config (default: qwen3's gpu.yaml)")
-    parser.add_argument("--arms", default="eager,liger,liger_fused")
-    parser.add_argument("--start", type=int, default=4096)
-    parser.add_argument("--limit", type=int, default=1 << 20)
-    parser.add_argument("--precision", type=float, default=0.10)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--arms", default="eager,liger,liger_fused",
+                        help="comma-separated arms, ARM[+ckpt|+offload|+tiled...] (default: eager,liger,liger_fused)")
+    parser.add_argument("--start", type=int, default=4096,
+                        help="first length of every arm's search, in tokens (halved while it does not fit)")
+    parser.add_argument("--limit", type=int, default=1 << 20, help="longest length tried (default: 1,048,576)")
+    parser.add_argument("--precision", type=float, default=0.10,
+                        help="bisect until the longest fit and shortest miss are this close (default: 0.10)")
+    parser.add_argument("--steps", type=int, default=2,
+                        help="training steps per trial; tokens/s from the steps after the first (default: 2)")
     parser.add_argument("--deadline", type=float, default=540,
                         help="seconds after which no trial ends (one predicted to end later does not start)")
     parser.add_argument("--trial-limit", type=float, metavar="SECONDS",
                         help="the longest one trial may take (default: --deadline): a length predicted to take "
                              "longer is recorded as too slow to measure, whatever time this run has left")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every trial (repeatable)")
     parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
     parser.add_argument("--grads", type=int, metavar="LENGTH",
                         help="first, step-1 gradients of every arm at LENGTH tokens against a float32 run, judged "
                              "against the reference arm's (into OUT's .grads.json, once); an arm that fails is "
                              "left out of the recommendation")
+    parser.add_argument("--probe", action="append", default=[], metavar="ARM=LENGTH",
+                        help="also try ARM at LENGTH tokens, before the search (repeatable): whether a length fits "
+                             "is not always monotonic (the allocator), and a fit found here raises that arm's search")
     parser.add_argument("--breakdown", action="store_true",
                         help="once the search is complete, where each arm's memory goes at its longest length "
                              "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
@@ -113,6 +123,12 @@ def main() -> None:
     for spec in arms:
         arm_spec(spec)  # every arm named before the first trial
     reference = args.reference or arms[0]
+    probes = []
+    for item in args.probe:
+        arm, _, length = item.rpartition("=")
+        if arm not in arms or not length.isdigit() or int(length) <= 0:
+            parser.error(f"--probe takes ARM=LENGTH with ARM one of --arms and LENGTH tokens above 0 (got {item!r})")
+        probes.append((arm, int(length)))
     checks = None
     if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
@@ -126,8 +142,23 @@ def main() -> None:
         for arm, check in checks.items():
             print(f"step-1 gradients at {args.grads:,} tokens, {arm}: {'PASS' if check.passed else 'FAIL'} "
                   f"({check.reason}; worst {check.max_error:.3g})", flush=True)
+    def record(trial: Trial, seconds: float) -> None:
+        trials.append(trial)
+        with out.open("a") as f:
+            f.write(json.dumps(trial.to_dict()) + "\n")
+        print(f"{trial.arm} {trial.seq_len}: {'fits' if trial.fits else trial.reason} ({seconds:.0f} s)", flush=True)
+
     done = True
-    for arm in arms:
+    for arm, length in probes:
+        if any(t.arm == arm and t.seq_len == length for t in trials):
+            continue
+        guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
+        if time.monotonic() - began + (guess or 0.0) > args.deadline:
+            done = False
+            break
+        t0 = time.monotonic()
+        record(run_trial(config, arm, length, args.steps, args.set), time.monotonic() - t0)
+    for arm in arms if done else ():
         while (length := next_length(mine := [t for t in trials if t.arm == arm], args.start, args.limit,
                                      args.precision)) is not None:
             guess = predicted_seconds(mine, length, args.steps)
@@ -142,12 +173,7 @@ def main() -> None:
                 done = False
                 break
             t0 = time.monotonic()
-            trial = run_trial(config, arm, length, args.steps, args.set)
-            trials.append(trial)
-            with out.open("a") as f:
-                f.write(json.dumps(trial.to_dict()) + "\n")
-            print(f"{arm} {length}: {'fits' if trial.fits else trial.reason} ({time.monotonic() - t0:.0f} s)",
-                  flush=True)
+            record(run_trial(config, arm, length, args.steps, args.set), time.monotonic() - t0)
         if not done:
             break
     result = summary(trials, arms, reference)

@@ -18,6 +18,10 @@ GPU_SHAPE = ["model.config={hidden_size: 512, intermediate_size: 2048, num_hidde
 """The qwen3 recipe's model at a width where what the forward keeps is large enough to see (GPU tests)."""
 RECIPES = ["qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama"]
 """Every shipped recipe (GPU tests that sweep them)."""
+RECIPE_SETS = ["model.liger_kernel.fallback=custom"]
+"""What GPU tests that sweep the recipes set: a family whose Liger helper fails on the installed versions
+(the VL families on transformers >= 5.23) takes ligerkit's proven map; a working helper is used as it is."""
+
 
 class GradCapture:
     """A stand-in optimizer: records every parameter's gradient at ``step()``, then zeroes them."""

@@ -19,6 +19,37 @@ def sweep(capacity: int, start: int = 4096, limit: int = 1 << 20, precision: flo
     return trials
 
 
+def sweep_script(name: str):
+    """``benchmarks/context_sweep_gpu.py`` loaded as a module of its own (``name``)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" /
+                                                  "context_sweep_gpu.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def timed_trials(script, monkeypatch, fits=lambda length: True) -> list[int]:
+    """Stand in for ``script``'s trials (a step takes (length / 4096)^2 seconds; ``fits`` says which lengths
+    fit) and its config lookup; returns the lengths run, in order, as they are run."""
+    from pathlib import Path
+
+    ran: list[int] = []
+
+    def trial(config, arm, length, steps, extra):
+        ran.append(length)
+        step = (length / 4096) ** 2
+        ok = fits(length)
+        return Trial(arm, length, ok, "" if ok else "out of memory", tokens_per_s=1.0, seconds=10 + steps * step,
+                     step_s=step)
+
+    monkeypatch.setattr(script, "run_trial", trial)
+    monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    return ran
+
+
 @pytest.mark.parametrize("capacity", [5000, 35000, 110336, 300000])
 def test_the_search_doubles_then_bisects_to_within_the_precision(capacity):
     trials = sweep(capacity)
@@ -31,8 +62,13 @@ def test_the_search_doubles_then_bisects_to_within_the_precision(capacity):
     assert all(t.seq_len % 256 == 0 for t in trials)
 
 
-def test_nothing_fitting_at_the_start_ends_the_search_and_the_limit_caps_it():
-    assert [t.seq_len for t in sweep(100)] == [4096]
+def test_a_start_that_does_not_fit_is_halved_then_bisected_and_the_limit_caps_it():
+    assert [t.seq_len for t in sweep(100)] == [4096, 2048, 1024, 512, 256]  # nothing fits even at 256
+    trials = sweep(60160, start=106496, precision=0.05)
+    assert [t.seq_len for t in trials[:2]] == [106496, 53248]
+    longest = max(t.seq_len for t in trials if t.fits)
+    miss = min(t.seq_len for t in trials if not t.fits and t.seq_len > longest)
+    assert longest <= 60160 < miss <= longest * 1.05 + 256
     capped = sweep(10**9, limit=20000)
     assert [t.seq_len for t in capped] == [4096, 8192, 16384, 20000] and all(t.fits for t in capped)
     with pytest.raises(LigerKitError, match="precision"):
@@ -125,16 +161,13 @@ def test_the_breakdown_table_has_a_column_per_arm_the_kinds_of_every_arm_and_nam
 
 
 def test_the_sweeps_breakdown_runs_memory_gpu_with_the_trials_lines_and_keeps_its_error(monkeypatch):
-    import importlib.util
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "context_sweep_gpu.py"
-    spec = importlib.util.spec_from_file_location("context_sweep_gpu", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = sweep_script("context_sweep_gpu")
+    path = Path(script.__file__)
     calls = []
 
     def run(cmd, **kwargs):
@@ -223,24 +256,11 @@ def test_an_arm_bounded_by_time_says_so_in_the_recommendation():
 
 
 def test_the_sweep_skips_a_length_no_command_could_measure_and_keeps_it_out_of_its_record(monkeypatch, tmp_path):
-    import importlib.util
     import json
     import sys
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "context_sweep_gpu.py"
-    spec = importlib.util.spec_from_file_location("context_sweep_gpu_loop", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    ran = []
-
-    def trial(config, arm, length, steps, extra):  # every length fits; a step takes (length / 4096)^2 seconds
-        ran.append(length)
-        step = (length / 4096) ** 2
-        return Trial(arm, length, True, tokens_per_s=1.0, seconds=10 + steps * step, step_s=step)
-
-    monkeypatch.setattr(script, "run_trial", trial)
-    monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    script = sweep_script("context_sweep_gpu_loop")
+    ran = timed_trials(script, monkeypatch)  # every length fits
     out = tmp_path / "sweep.jsonl"
     monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096",
                                       "--limit", "65536", "--deadline", "100", "--precision", "0.3"])
@@ -254,24 +274,11 @@ def test_the_sweep_skips_a_length_no_command_could_measure_and_keeps_it_out_of_i
 
 
 def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_length_too_slow(monkeypatch, tmp_path):
-    import importlib.util
     import json
     import sys
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "context_sweep_gpu.py"
-    spec = importlib.util.spec_from_file_location("context_sweep_gpu_limit", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    ran = []
-
-    def trial(config, arm, length, steps, extra):  # as above: a step takes (length / 4096)^2 seconds
-        ran.append(length)
-        step = (length / 4096) ** 2
-        return Trial(arm, length, True, tokens_per_s=1.0, seconds=10 + steps * step, step_s=step)
-
-    monkeypatch.setattr(script, "run_trial", trial)
-    monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    script = sweep_script("context_sweep_gpu_limit")
+    ran = timed_trials(script, monkeypatch)  # every length fits
     out = tmp_path / "sweep.jsonl"
     argv = ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", "65536",
             "--deadline", "100", "--precision", "0.3", "--trial-limit", "1000"]
@@ -282,5 +289,29 @@ def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_l
     summary = json.loads(out.with_suffix(".summary.json").read_text())
     assert summary["complete"] is False and summary["arms"]["eager"]["shortest_miss"] is None
     monkeypatch.setattr(sys, "argv", [*argv[:-2], "--trial-limit", "0"])
+    with pytest.raises(SystemExit):
+        script.main()
+
+
+def test_a_probed_fit_above_the_bisected_one_raises_that_arms_search(monkeypatch, tmp_path):
+    import json
+    import sys
+
+    script = sweep_script("context_sweep_gpu_probe")
+    ran = timed_trials(script, monkeypatch, lambda length: length <= 55552 or length == 65536)  # the allocator
+    out = tmp_path / "sweep.jsonl"
+    argv = ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "106496", "--precision", "0.05",
+            "--deadline", "1e9"]
+    monkeypatch.setattr(sys, "argv", argv)
+    script.main()
+    assert json.loads(out.with_suffix(".summary.json").read_text())["arms"]["eager"]["longest_fit"] == 55552
+    monkeypatch.setattr(sys, "argv", [*argv, "--probe", "eager=65536"])
+    script.main()  # the probe runs once, then the search goes on above it
+    assert ran.count(65536) == 1 and ran[ran.index(65536) + 1] > 65536
+    row = json.loads(out.with_suffix(".summary.json").read_text())["arms"]["eager"]
+    assert row["longest_fit"] == 65536 and row["shortest_miss"] <= 65536 * 1.05 + 256
+    script.main()
+    assert ran.count(65536) == 1  # a probe already in the record is not run again
+    monkeypatch.setattr(sys, "argv", [*argv, "--probe", "liger=65536"])
     with pytest.raises(SystemExit):
         script.main()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import GPU_SHAPE, RECIPES
+from helpers import GPU_SHAPE, RECIPE_SETS, RECIPES
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -89,4 +89,5 @@ def test_every_recipe_s_norm_outputs_recompute_changes_no_gradient(recipe):
     # each recipe's tiny model with Liger's kernels: its first forward finds norm outputs to recompute
     # (or raises) and checks each bit for bit; the gradients are those of keeping them
     _kept_and_recomputed(False, kept=(False, False), lean=(False, True),
-                         config=ROOT / "recipes" / recipe / "configs" / "cpu.yaml", sets=["model.dtype=bfloat16"])
+                         config=ROOT / "recipes" / recipe / "configs" / "cpu.yaml",
+                         sets=["model.dtype=bfloat16", *RECIPE_SETS])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import GPU_SHAPE, RECIPES
+from helpers import GPU_SHAPE, RECIPE_SETS, RECIPES
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -70,14 +70,14 @@ def test_offload_changes_no_gradient_and_keeps_the_layer_inputs_off_the_device(s
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_trains_the_same_gradients_with_offload(recipe):
-    _compare(ROOT / "recipes" / recipe / "configs" / "cpu.yaml", ["model.dtype=bfloat16"])
+    _compare(ROOT / "recipes" / recipe / "configs" / "cpu.yaml", ["model.dtype=bfloat16", *RECIPE_SETS])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["qwen3", "composite_vlm"])  # the recipes whose official route swaps the MLP
 def test_the_tiled_mlp_trains_the_gradients_of_liger_s_mlp(recipe):
     config = ROOT / "recipes" / recipe / "configs" / "cpu.yaml"
-    sets = [*SHAPE, "train.loss.path=fused"] if recipe == "qwen3" else ["model.dtype=bfloat16"]
+    sets = [*SHAPE, "train.loss.path=fused"] if recipe == "qwen3" else ["model.dtype=bfloat16", *RECIPE_SETS]
     (loss, grads, _, _, _), (tiled_loss, tiled, _, _, _), (again_loss, again, _, _, _) = [
         _one_micro_batch(config, sets, "false", tiled) for tiled in (False, True, False)]
     assert grads.keys() == tiled.keys() and grads

@@ -134,7 +134,8 @@ def next_length(trials: Sequence[Trial], start: int, limit: int, precision: floa
     Doubles from ``start`` while every run fits (up to ``limit``, the longest length the sweep may
     try); after the first miss, tries the geometric middle of the longest fit and the shortest miss,
     rounded to ``multiple``, until they are within ``precision`` of each other (or no multiple lies
-    between them). Nothing fitting even at ``start`` ends the search.
+    between them). A ``start`` that does not fit is halved until a length fits (then bisected as
+    above); nothing fitting even at ``multiple`` tokens ends the search.
     """
     if start <= 0 or limit < start or multiple <= 0 or not 0 < precision < 1:
         raise LigerKitError(f"the context sweep needs 0 < start <= limit and 0 < precision < 1 (start {start}, "
@@ -142,7 +143,10 @@ def next_length(trials: Sequence[Trial], start: int, limit: int, precision: floa
     longest, miss = bounds(trials)
     tried = {t.seq_len for t in trials}
     if longest is None:
-        return None if start in tried else start
+        if start not in tried:
+            return start
+        half = min(tried) // 2 // multiple * multiple
+        return half if half >= multiple else None
     if miss is None:
         doubled = min(longest * 2, limit)
         return None if doubled <= longest or doubled in tried else doubled

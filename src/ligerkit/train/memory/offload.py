@@ -113,6 +113,8 @@ class HostOffload:
         """Queue ``tensor``'s copy to host memory and return its handle; past the budget, ``tensor`` itself
         (kept on the device)."""
         size = tensor.numel() * tensor.element_size()
+        if size == 0:  # nothing to move (torch < 2.13's checkpoint saves an empty marker with each input)
+            return tensor
         cuda = tensor.device.type == "cuda"
         pieces = host_pieces(size)
         split = len(pieces) > 1 and tensor.is_contiguous()  # flat pieces, each a whole power of two but the last
