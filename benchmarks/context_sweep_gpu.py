@@ -1,16 +1,17 @@
 """GPU: the longest sequence each arm trains at, batch 1 (``ligerkit.proof.context_sweep``).
 
 Per arm, sequence lengths double from ``--start`` (halved first while it does not fit) until a run does
-not fit (out of memory, or refused by the footprint check), then are bisected until the longest fit and the shortest miss are within
-``--precision``. Every trial is one ``ligerkit train`` process of ``--steps`` steps (the second step
-holds the optimizer's states and the activations at once). Trials are appended to ``--out`` as they
-finish; rerunning with the same ``--out`` resumes the search, so the sweep fits a time-limited command
-(``--deadline`` seconds: no trial starts that would end after it, as the arm's longest trial so far
-predicts it). A length whose trial would take longer than ``--trial-limit`` (default: ``--deadline``) is
-recorded as too slow to measure, a miss for the search: that arm's longest fit is then bounded by time, not
-by memory. Give ``--trial-limit`` when a command has less time left than a whole command would have.
-Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
-length the search skipped, and a fit there raises that arm's search.
+not fit (out of memory, or refused by the footprint check), then are bisected until the longest fit and
+the shortest miss are within ``--precision``. Every trial is one ``ligerkit train`` process of
+``--steps`` steps (the second step holds the optimizer's states and the activations at once). Trials are
+appended to ``--out`` as they finish; rerunning with the same ``--out`` resumes the search, so the sweep
+fits a time-limited command (``--deadline`` seconds: no trial starts that would end after it, as the
+arm's longest trial so far predicts it). A length whose trial would take longer than ``--trial-limit``
+(default: ``--deadline``) is recorded as too slow to measure, a miss for the search: that arm's longest
+fit is then bounded by time, not by memory. Give ``--trial-limit`` when a command has less time left than
+a whole command would have. Whether a length fits is not always monotonic (the CUDA allocator):
+``--probe ARM=LENGTH`` also tries a length the search skipped (first, within the same limits), and a fit
+there raises that arm's search.
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
@@ -142,6 +143,7 @@ def main() -> None:
         for arm, check in checks.items():
             print(f"step-1 gradients at {args.grads:,} tokens, {arm}: {'PASS' if check.passed else 'FAIL'} "
                   f"({check.reason}; worst {check.max_error:.3g})", flush=True)
+
     def record(trial: Trial, seconds: float) -> None:
         trials.append(trial)
         with out.open("a") as f:
@@ -153,6 +155,10 @@ def main() -> None:
         if any(t.arm == arm and t.seq_len == length for t in trials):
             continue
         guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
+        if guess is not None and guess > trial_limit:  # as in the search: said, not run, not recorded
+            print(f"{arm} {length}: not probed, {TOO_SLOW}: about {guess:,.0f} s a trial, over the "
+                  f"{trial_limit:g} s one trial may take", flush=True)
+            continue
         if time.monotonic() - began + (guess or 0.0) > args.deadline:
             done = False
             break

@@ -312,6 +312,9 @@ def test_a_probed_fit_above_the_bisected_one_raises_that_arms_search(monkeypatch
     assert row["longest_fit"] == 65536 and row["shortest_miss"] <= 65536 * 1.05 + 256
     script.main()
     assert ran.count(65536) == 1  # a probe already in the record is not run again
+    monkeypatch.setattr(sys, "argv", [*argv, "--probe", "eager=200704", "--trial-limit", "1000"])
+    script.main()  # predicted at 10 + 2 x 2401 s: said, neither run nor recorded
+    assert 200704 not in ran and "200704" not in out.read_text()
     monkeypatch.setattr(sys, "argv", [*argv, "--probe", "liger=65536"])
     with pytest.raises(SystemExit):
         script.main()
