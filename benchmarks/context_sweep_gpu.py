@@ -150,36 +150,34 @@ def main() -> None:
             f.write(json.dumps(trial.to_dict()) + "\n")
         print(f"{trial.arm} {trial.seq_len}: {'fits' if trial.fits else trial.reason} ({seconds:.0f} s)", flush=True)
 
-    done = True
-    for arm, length in probes:
-        if any(t.arm == arm and t.seq_len == length for t in trials):
-            continue
+    def attempt(arm: str, length: int, search: bool) -> bool:
+        """One trial of ``arm`` at ``length``, unless the arm's trials predict it past ``--trial-limit``
+        (said, never run nor put in ``--out``; for the search, a miss it keeps); ``False`` when it would end
+        past ``--deadline``."""
         guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
-        if guess is not None and guess > trial_limit:  # as in the search: said, not run, not recorded
-            print(f"{arm} {length}: not probed, {TOO_SLOW}: about {guess:,.0f} s a trial, over the "
-                  f"{trial_limit:g} s one trial may take", flush=True)
-            continue
+        if guess is not None and guess > trial_limit:  # no command of this sweep could run it
+            reason = f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the {trial_limit:g} s one trial may take"
+            if search:  # a prediction, not a measurement: kept for this search and its summary only
+                trials.append(Trial(arm, length, False, reason))
+            print(f"{arm} {length}: {'' if search else 'not probed, '}{reason}", flush=True)
+            return True
         if time.monotonic() - began + (guess or 0.0) > args.deadline:
-            done = False
-            break
+            return False
         t0 = time.monotonic()
         record(run_trial(config, arm, length, args.steps, args.set), time.monotonic() - t0)
+        return True
+
+    done = True
+    for arm, length in probes:
+        if not any(t.arm == arm and t.seq_len == length for t in trials) and not attempt(arm, length, False):
+            done = False
+            break
     for arm in arms if done else ():
-        while (length := next_length(mine := [t for t in trials if t.arm == arm], args.start, args.limit,
+        while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
                                      args.precision)) is not None:
-            guess = predicted_seconds(mine, length, args.steps)
-            if guess is not None and guess > trial_limit:  # no command of this sweep could run it
-                # a prediction, not a measurement: kept for this search and its summary, not in --out
-                trial = Trial(arm, length, False, f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the "
-                                                  f"{trial_limit:g} s one trial may take")
-                trials.append(trial)
-                print(f"{arm} {length}: {trial.reason}", flush=True)
-                continue
-            if time.monotonic() - began + (guess or 0.0) > args.deadline:
+            if not attempt(arm, length, True):
                 done = False
                 break
-            t0 = time.monotonic()
-            record(run_trial(config, arm, length, args.steps, args.set), time.monotonic() - t0)
         if not done:
             break
     result = summary(trials, arms, reference)
