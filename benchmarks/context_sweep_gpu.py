@@ -9,9 +9,10 @@ fits a time-limited command (``--deadline`` seconds: no trial starts that would 
 arm's longest trial so far predicts it). A length whose trial would take longer than ``--trial-limit``
 (default: ``--deadline``) is recorded as too slow to measure, a miss for the search: that arm's longest
 fit is then bounded by time, not by memory. Give ``--trial-limit`` when a command has less time left than
-a whole command would have. Whether a length fits is not always monotonic (the CUDA allocator):
-``--probe ARM=LENGTH`` also tries a length the search skipped (first, within the same limits), and a fit
-there raises that arm's search.
+a whole command would have. A run that stops at the deadline names the trial it stopped before
+(``next_trial`` in the summary) and, when that trial alone outlasts ``--deadline``, the deadline it needs.
+Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
+length the search skipped (first, within the same limits), and a fit there raises that arm's search.
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
@@ -150,10 +151,12 @@ def main() -> None:
             f.write(json.dumps(trial.to_dict()) + "\n")
         print(f"{trial.arm} {trial.seq_len}: {'fits' if trial.fits else trial.reason} ({seconds:.0f} s)", flush=True)
 
+    waiting: dict = {}  # the trial the run stopped before, when it stopped at the deadline
+
     def attempt(arm: str, length: int, search: bool) -> bool:
         """One trial of ``arm`` at ``length``, unless the arm's trials predict it past ``--trial-limit``
         (said, never run nor put in ``--out``; for the search, a miss it keeps); ``False`` when it would end
-        past ``--deadline``."""
+        past ``--deadline`` (then ``waiting`` names it)."""
         guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
         if guess is not None and guess > trial_limit:  # no command of this sweep could run it
             reason = f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the {trial_limit:g} s one trial may take"
@@ -162,6 +165,7 @@ def main() -> None:
             print(f"{arm} {length}: {'' if search else 'not probed, '}{reason}", flush=True)
             return True
         if time.monotonic() - began + (guess or 0.0) > args.deadline:
+            waiting.update(arm=arm, seq_len=length, predicted_s=guess)
             return False
         t0 = time.monotonic()
         record(run_trial(config, arm, length, args.steps, args.set), time.monotonic() - t0)
@@ -183,12 +187,20 @@ def main() -> None:
     result = summary(trials, arms, reference)
     advice = recommendation(result, reference, checks)
     out.with_suffix(".summary.json").write_text(json.dumps({
-        "complete": done, "reference": reference, "arms": result, "recommendation": advice,
+        "complete": done, "next_trial": waiting or None, "reference": reference, "arms": result,
+        "recommendation": advice,
         "gradients": None if checks is None else {"seq_len": args.grads, "arms": {a: asdict(c) for a, c in checks.items()}},
     }, indent=2))
     print(to_markdown(result, reference))
     print(advice)
-    print("complete" if done else "stopped at the deadline: rerun the same command to continue")
+    if done:
+        print("complete")
+    elif (waiting.get("predicted_s") or 0.0) > args.deadline:  # no run with this --deadline can start it
+        print(f"stopped: the next trial, {waiting['arm']} at {waiting['seq_len']:,} tokens, takes about "
+              f"{waiting['predicted_s']:,.0f} s, more than --deadline {args.deadline:g} s allows a whole run: rerun "
+              f"with a --deadline above that (or a --trial-limit below it, to record the length as too slow)")
+    else:
+        print("stopped at the deadline: rerun the same command to continue")
     if args.breakdown and done:
         path = out.with_suffix(".breakdown.json")
         measured = json.loads(path.read_text()) if path.exists() else {}

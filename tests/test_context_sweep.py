@@ -273,7 +273,8 @@ def test_the_sweep_skips_a_length_no_command_could_measure_and_keeps_it_out_of_i
     assert row["longest_fit"] == max(ran) and row["miss_reason"].startswith("too slow to measure")
 
 
-def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_length_too_slow(monkeypatch, tmp_path):
+def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_length_too_slow(monkeypatch, tmp_path,
+                                                                                                 capsys):
     import json
     import sys
 
@@ -288,6 +289,14 @@ def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_l
     assert ran == [4096, 8192, 16384]
     summary = json.loads(out.with_suffix(".summary.json").read_text())
     assert summary["complete"] is False and summary["arms"]["eager"]["shortest_miss"] is None
+    # no run of 100 s can start it: the run says what it waits for and what --deadline would let it start
+    assert summary["next_trial"] == {"arm": "eager", "seq_len": 32768, "predicted_s": 138.0}
+    said = capsys.readouterr().out
+    assert "the next trial, eager at 32,768 tokens, takes about 138 s" in said and "--deadline above" in said
+    monkeypatch.setattr(sys, "argv", [*argv[:-6], "--deadline", "150", "--precision", "0.3", "--trial-limit", "1000"])
+    script.main()  # one that can: the search goes on where the record left it
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert ran[3:] == [32768] and summary["next_trial"]["seq_len"] == 65536
     monkeypatch.setattr(sys, "argv", [*argv[:-2], "--trial-limit", "0"])
     with pytest.raises(SystemExit):
         script.main()
