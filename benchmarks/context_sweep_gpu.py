@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from ligerkit.errors import LigerKitError
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
 from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_markdown, next_length,
                                           predicted_seconds, recommendation, summary, sweep_gradients, to_markdown,
@@ -51,6 +52,9 @@ from ligerkit.proof.fits import does_not_fit
 def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
     """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory, tokens/s and times) or not
     (why)."""
+    if not torch.cuda.is_available():
+        raise LigerKitError("the context sweep measures memory and time on a CUDA GPU, and this machine has none; "
+                            "run it on the GPU machine (README, \"GPU runs\")")
     began = time.monotonic()
     try:
         run = default_runner()(config, trial_overrides(spec, seq_len, extra, steps))
@@ -112,19 +116,37 @@ def main() -> None:
     trial_limit = args.deadline if args.trial_limit is None else args.trial_limit
     if args.deadline <= 0 or trial_limit <= 0:
         parser.error(f"--deadline and --trial-limit take seconds above 0 (got {args.deadline:g}, {trial_limit:g})")
+    if args.start <= 0 or args.limit < args.start:
+        parser.error(f"--start takes tokens above 0 and --limit at least --start (got {args.start}, {args.limit})")
+    if not 0 < args.precision < 1:
+        parser.error(f"--precision takes a fraction between 0 and 1, e.g. 0.05 for 5% (got {args.precision:g})")
+    if args.steps < 2:
+        parser.error(f"--steps takes 2 or more: tokens/s comes from the steps after the first (got {args.steps})")
     if args.grads is not None and args.grads <= 0:
         parser.error(f"--grads takes a length in tokens above 0 (got {args.grads})")
     if (args.grads is not None or args.breakdown) and not torch.cuda.is_available():
         parser.error("--grads and --breakdown measure on a CUDA GPU, and this machine has none")
     began = time.monotonic()
-    config = resolve_config(args.recipe)
-    out = Path(args.out)
-    trials = [Trial(**json.loads(line)) for line in out.read_text().splitlines() if line.strip()] \
-        if out.exists() else []
-    arms = args.arms.split(",")
-    for spec in arms:
-        arm_spec(spec)  # every arm named before the first trial
+    try:
+        config = resolve_config(args.recipe)
+        arms = args.arms.split(",")
+        for spec in arms:
+            arm_spec(spec)  # every arm named before the first trial
+    except LigerKitError as exc:
+        parser.error(str(exc))
     reference = args.reference or arms[0]
+    if reference not in arms:
+        parser.error(f"--reference takes one of --arms ({', '.join(arms)}), got {reference!r}")
+    out = Path(args.out)
+    trials = []
+    for number, line in enumerate(out.read_text().splitlines() if out.exists() else [], 1):
+        if not line.strip():
+            continue
+        try:
+            trials.append(Trial(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            parser.error(f"{out}, line {number}, is not a trial of this sweep ({exc}); give --out a new file, or "
+                         "the record an earlier run of this sweep wrote")
     probes = []
     for item in args.probe:
         arm, _, length = item.rpartition("=")

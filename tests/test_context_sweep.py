@@ -327,3 +327,45 @@ def test_a_probed_fit_above_the_bisected_one_raises_that_arms_search(monkeypatch
     monkeypatch.setattr(sys, "argv", [*argv, "--probe", "liger=65536"])
     with pytest.raises(SystemExit):
         script.main()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--start", "0"], "--start takes tokens above 0"),
+    (["--limit", "100"], "--limit at least --start"),
+    (["--precision", "2"], "--precision takes a fraction between 0 and 1"),
+    (["--steps", "1"], "--steps takes 2 or more"),
+    (["--arms", "eager,bogus"], "unknown arm 'bogus'"),
+    (["--arms", "eager+huge"], "unknown variant 'huge'"),
+    (["--reference", "liger"], "--reference takes one of --arms"),
+    (["--recipe", "no_such_recipe"], "neither a config file nor a recipe folder"),
+    (["--probe", "eager=-5"], "--probe takes ARM=LENGTH"),
+    (["--record", "{\"arm\": 1, \"size\": 2}"], "line 1, is not a trial of this sweep"),
+    (["--record", "not json"], "line 1, is not a trial of this sweep"),
+])
+def test_bad_sweep_arguments_are_refused_by_name_before_any_trial(monkeypatch, tmp_path, capsys, args, said):
+    import sys
+
+    from ligerkit.proof.arm_runs import resolve_config
+
+    script = sweep_script("context_sweep_gpu_bad")
+    ran = timed_trials(script, monkeypatch)
+    monkeypatch.setattr(script, "resolve_config", resolve_config)  # the real lookup: a recipe that is not there
+    out = tmp_path / "sweep.jsonl"
+    if args[0] == "--record":
+        out.write_text(args[1] + "\n")
+        args = []
+    monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--deadline",
+                                      "1e9", *args])
+    with pytest.raises(SystemExit):
+        script.main()
+    assert said in capsys.readouterr().err and ran == []
+
+
+def test_a_trial_off_a_cuda_gpu_is_refused_before_it_starts(monkeypatch):
+    from pathlib import Path
+
+    script = sweep_script("context_sweep_gpu_cpu")
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(script, "default_runner", lambda: pytest.fail("a trial started off the GPU"))
+    with pytest.raises(LigerKitError, match="on a CUDA GPU, and this machine has none"):
+        script.run_trial(Path("recipes/qwen3/configs/gpu.yaml"), "eager+ckpt", 4096, 2, [])
