@@ -42,9 +42,9 @@ import torch
 
 from ligerkit.errors import LigerKitError
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
-from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_markdown, next_length,
-                                          predicted_seconds, recommendation, summary, sweep_gradients, to_markdown,
-                                          trial_overrides)
+from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_markdown, check_search_range,
+                                          next_length, predicted_seconds, recommendation, summary, sweep_gradients,
+                                          to_markdown, trial_overrides)
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import does_not_fit
 
@@ -116,10 +116,10 @@ def main() -> None:
     trial_limit = args.deadline if args.trial_limit is None else args.trial_limit
     if args.deadline <= 0 or trial_limit <= 0:
         parser.error(f"--deadline and --trial-limit take seconds above 0 (got {args.deadline:g}, {trial_limit:g})")
-    if args.start <= 0 or args.limit < args.start:
-        parser.error(f"--start takes tokens above 0 and --limit at least --start (got {args.start}, {args.limit})")
-    if not 0 < args.precision < 1:
-        parser.error(f"--precision takes a fraction between 0 and 1, e.g. 0.05 for 5% (got {args.precision:g})")
+    try:
+        check_search_range(args.start, args.limit, args.precision)
+    except LigerKitError as exc:
+        parser.error(str(exc))
     if args.steps < 2:
         parser.error(f"--steps takes 2 or more: tokens/s comes from the steps after the first (got {args.steps})")
     if args.grads is not None and args.grads <= 0:

@@ -71,8 +71,10 @@ def test_a_start_that_does_not_fit_is_halved_then_bisected_and_the_limit_caps_it
     assert longest <= 60160 < miss <= longest * 1.05 + 256
     capped = sweep(10**9, limit=20000)
     assert [t.seq_len for t in capped] == [4096, 8192, 16384, 20000] and all(t.fits for t in capped)
-    with pytest.raises(LigerKitError, match="precision"):
+    with pytest.raises(LigerKitError, match="--limit at least --start"):
         next_length([], 4096, 1000)
+    with pytest.raises(LigerKitError, match="--precision takes a fraction"):
+        next_length([], 4096, 8192, 1.5)
 
 
 def test_a_run_that_did_not_fit_is_told_from_a_run_that_failed():

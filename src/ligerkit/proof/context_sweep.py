@@ -127,6 +127,20 @@ def bounds(trials: Sequence[Trial]) -> tuple[int | None, int | None]:
     return longest, min(misses, default=None)
 
 
+def check_search_range(start: int, limit: int, precision: float, multiple: int = 256) -> None:
+    """Refuse a search :func:`next_length` cannot run, naming the setting at fault by its sweep option.
+
+    ``start`` must be above 0 tokens, ``limit`` at least ``start``, ``precision`` a fraction strictly
+    between 0 and 1 and ``multiple`` above 0; anything else is a :class:`LigerKitError`.
+    """
+    if start <= 0 or limit < start:
+        raise LigerKitError(f"--start takes tokens above 0 and --limit at least --start (got {start}, {limit})")
+    if not 0 < precision < 1:
+        raise LigerKitError(f"--precision takes a fraction between 0 and 1, e.g. 0.05 for 5% (got {precision:g})")
+    if multiple <= 0:
+        raise LigerKitError(f"the lengths' multiple must be above 0 tokens (got {multiple})")
+
+
 def next_length(trials: Sequence[Trial], start: int, limit: int, precision: float = 0.10,
                 multiple: int = 256) -> int | None:
     """The next length to try, or ``None`` when the search is done.
@@ -137,9 +151,7 @@ def next_length(trials: Sequence[Trial], start: int, limit: int, precision: floa
     between them). A ``start`` that does not fit is halved until a length fits (then bisected as
     above); nothing fitting even at ``multiple`` tokens ends the search.
     """
-    if start <= 0 or limit < start or multiple <= 0 or not 0 < precision < 1:
-        raise LigerKitError(f"the context sweep needs 0 < start <= limit and 0 < precision < 1 (start {start}, "
-                            f"limit {limit}, precision {precision}, multiple {multiple})")
+    check_search_range(start, limit, precision, multiple)
     longest, miss = bounds(trials)
     tried = {t.seq_len for t in trials}
     if longest is None:
