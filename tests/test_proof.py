@@ -645,3 +645,33 @@ def test_a_resume_after_the_recipe_code_changed_is_refused(tmp_path):
     model.write_text(model.read_text() + "\n# changed\n")
     with pytest.raises(LigerKitError, match="other recipe_code"):
         BenchLog(tmp_path / "out", identity(), resume=True)
+
+
+def test_the_gradient_proof_holds_one_model_at_a_time(monkeypatch):
+    """Each arm is built after the float32 model and the arm before it are gone: at 8B the float32 copy
+    alone is 32 GiB, and an arm built beside it does not fit an 80 GB card."""
+    import gc
+    import weakref
+
+    import torch
+
+    from ligerkit.proof import arm_grads
+
+    built: list[weakref.ref] = []
+    real = arm_grads.set_up_model
+
+    def watched(engine, device):
+        gc.collect()
+        alive = [ref() for ref in built if ref() is not None]
+        assert not alive, f"{len(alive)} model(s) still held when the next one is built"
+        model = real(engine, device)
+        built.append(weakref.ref(model))
+        return model
+
+    monkeypatch.setattr(arm_grads, "set_up_model", watched)
+    cpu = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+    off = arm_grads.Arm(arm_grads.LIGER_OFF)
+    out = arm_grads.recipe_arm_grads(cpu, ["train.micro_batch_size=1", "data.seq_len=16"],
+                                     {"a": off, "b": off}, torch.device("cpu"))
+    assert len(built) == 3 and list(out) == ["float32", "a", "b"]
+    assert out["a"].errors and all(e < 1e-2 for e in out["a"].errors.values())

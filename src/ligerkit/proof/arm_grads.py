@@ -100,6 +100,8 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     loss32, truth = gradients(model, recipe_loss(truth_engine, device, (calls - 1) * size), reached)
     missing = [k for k in truth if k not in reached]  # trainable, no gradient from the sample: not compared
     truth = {k: v for k, v in truth.items() if k in reached}
+    # the engine keeps what it set up: at 8B the float32 copy holds 32 GiB an arm's build needs
+    truth_engine.model = None
     del model
     out = {"float32": ArmGrads("float32", loss32, {k: 0.0 for k in truth}, losses=[*losses32, loss32],
                                not_compared=missing)}
@@ -123,6 +125,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
             del before
             del model, grads
         finally:
+            engine.model = None  # one model on the device at a time: the next arm's build needs its memory
             if engine.liger_kit.active:
                 engine.liger_kit.revert()
             reset_compiled()
