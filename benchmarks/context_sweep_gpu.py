@@ -160,7 +160,10 @@ def main() -> None:
             found = json.loads(grads_file.read_text())
             checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in found["arms"].items()}
         if checks is None or found["seq_len"] != args.grads or set(checks) != {reference, *arms}:
-            checks = sweep_gradients(config, arms, reference, args.grads, args.set, torch.device("cuda"))
+            try:
+                checks = sweep_gradients(config, arms, reference, args.grads, args.set, torch.device("cuda"))
+            except LigerKitError as exc:  # nothing written: the search has not started
+                raise SystemExit(f"context_sweep_gpu.py: {exc}") from exc
             grads_file.write_text(json.dumps({"seq_len": args.grads, "reference": reference,
                                               "arms": {a: asdict(c) for a, c in checks.items()}}, indent=2))
         for arm, check in checks.items():

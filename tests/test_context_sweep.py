@@ -205,6 +205,40 @@ def test_each_sweep_arms_step1_gradients_are_judged_against_the_reference_arm_on
     assert checks["eager+ckpt"].max_error == checks["eager"].max_error > 0
 
 
+def test_a_gradient_check_out_of_gpu_memory_says_to_shorten_it_and_no_trial_runs(monkeypatch, tmp_path, capsys):
+    import sys
+
+    import torch
+
+    from ligerkit.proof import arm_grads
+    from ligerkit.proof.context_sweep import sweep_gradients
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 192.00 MiB.")
+
+    monkeypatch.setattr(arm_grads, "recipe_arm_grads", out_of_memory)
+    with pytest.raises(LigerKitError, match="at 2,048 tokens .* ran out of GPU memory .*give --grads a shorter length"):
+        sweep_gradients("cfg.yaml", ["liger_fused+offload"], "eager+ckpt", 2048, [], torch.device("cuda"))
+
+    def broken(*args, **kwargs):
+        raise ValueError("not a memory problem")
+
+    monkeypatch.setattr(arm_grads, "recipe_arm_grads", broken)
+    with pytest.raises(ValueError, match="not a memory problem"):  # anything else is raised as it is
+        sweep_gradients("cfg.yaml", ["liger_fused+offload"], "eager+ckpt", 2048, [], torch.device("cuda"))
+
+    monkeypatch.setattr(arm_grads, "recipe_arm_grads", out_of_memory)
+    script = sweep_script("context_sweep_gpu_grads_oom")
+    ran = timed_trials(script, monkeypatch)
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    out = tmp_path / "sweep.jsonl"
+    monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager+ckpt,liger_fused",
+                                      "--grads", "2048", "--deadline", "1e9"])
+    with pytest.raises(SystemExit, match="give --grads a shorter length"):
+        script.main()
+    assert ran == [] and not out.exists() and not out.with_suffix(".grads.json").exists()
+
+
 def test_an_arm_whose_gradients_failed_or_were_not_checked_is_left_out_of_the_recommendation():
     from ligerkit.proof.context_sweep import recommendation
     from ligerkit.proof.recommend import GradCheck

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ligerkit.errors import LigerKitError
 from ligerkit.proof.bench import GRADIENT_PASS_LINES, arm_overrides
+from ligerkit.proof.fits import out_of_memory_error
 from ligerkit.proof.recommend import GradCheck, GradTolerance, check_gradients
 from ligerkit.train.config.arms import arm_lines, is_compiled
 
@@ -73,14 +74,24 @@ def sweep_gradients(config: str | Path, specs: Sequence[str], reference: str, se
     """Step-1 gradients of every sweep arm (``ARM[+VARIANT...]``) at ``seq_len``, on one right-padded
     sample, each parameter's error against a float32 Liger-off run of the same weights, judged against
     ``reference``'s errors (:func:`ligerkit.proof.recommend.check_gradients`): the proof each arm trains
-    what the reference trains, at a length where the float32 copy fits (shorter than the sweep's)."""
+    what the reference trains, at a length where the float32 copy fits (shorter than the sweep's).
+    Running out of GPU memory is a :class:`LigerKitError` that says to give a shorter length."""
     from ligerkit.proof.arm_grads import Arm, recipe_arm_grads
 
     arms = {}
     for spec in dict.fromkeys([reference, *specs]):
         arm, lines = arm_spec(spec)
         arms[spec] = Arm((*arm_lines(arm), *lines), compiled=is_compiled(arm))
-    grads = recipe_arm_grads(config, [*extra, *length_lines(seq_len), *GRADIENT_PASS_LINES], arms, device)
+    try:
+        grads = recipe_arm_grads(config, [*extra, *length_lines(seq_len), *GRADIENT_PASS_LINES], arms, device)
+    except Exception as exc:
+        oom = out_of_memory_error(exc)
+        if oom is None:
+            raise
+        first = str(oom).splitlines()[0] if str(oom) else type(oom).__name__
+        raise LigerKitError(f"the step-1 gradient check at {seq_len:,} tokens (a float32 copy of the model, then each "
+                            f"arm in turn, one sample) ran out of GPU memory ({first}); give --grads a shorter "
+                            "length, or run the check on a card with more memory") from exc
     return check_gradients(grads, tolerance, references={spec: reference for spec in arms})
 
 
