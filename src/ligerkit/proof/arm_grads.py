@@ -10,6 +10,7 @@ sample, and then undone: the kit reverted and every compiled graph forgotten.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -103,6 +104,9 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     # the engine keeps what it set up: at 8B the float32 copy holds 32 GiB an arm's build needs
     truth_engine.model = None
     del model
+    if device.type == "cuda":
+        gc.collect()  # a model in a reference cycle would hold its memory until the collector's next pass
+        torch.cuda.empty_cache()
     out = {"float32": ArmGrads("float32", loss32, {k: 0.0 for k in truth}, losses=[*losses32, loss32],
                                not_compared=missing)}
     for name, arm in arms.items():
@@ -130,6 +134,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
                 engine.liger_kit.revert()
             reset_compiled()
             if device.type == "cuda":
+                gc.collect()
                 torch.cuda.empty_cache()
     return out
 
