@@ -46,7 +46,7 @@ from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_m
                                           next_length, predicted_seconds, recommendation, summary, sweep_gradients,
                                           to_markdown, trial_overrides)
 from ligerkit.proof.recommend import GradCheck
-from ligerkit.proof.fits import does_not_fit
+from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fit
 
 
 def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
@@ -62,7 +62,7 @@ def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str
         why = does_not_fit(str(exc))
         if why is None:
             raise
-        return Trial(spec, seq_len, False, why, seconds=time.monotonic() - began)
+        return Trial(spec, seq_len, False, why, seconds=time.monotonic() - began, allocator=allocator_state(str(exc)))
     row = summarize(run, min(1, steps - 1))
     return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"),
                  time.monotonic() - began, row.get("step_time_s"))
@@ -174,7 +174,10 @@ def main() -> None:
         trials.append(trial)
         with out.open("a") as f:
             f.write(json.dumps(trial.to_dict()) + "\n")
-        print(f"{trial.arm} {trial.seq_len}: {'fits' if trial.fits else trial.reason} ({seconds:.0f} s)", flush=True)
+        said = "fits" if trial.fits else trial.reason
+        if trial.allocator:
+            said += f" ({describe_allocator(trial.allocator)})"
+        print(f"{trial.arm} {trial.seq_len}: {said} ({seconds:.0f} s)", flush=True)
 
     waiting: dict = {}  # the trial the run stopped before, when it stopped at the deadline
 

@@ -405,3 +405,91 @@ def test_a_trial_off_a_cuda_gpu_is_refused_before_it_starts(monkeypatch):
     monkeypatch.setattr(script, "default_runner", lambda: pytest.fail("a trial started off the GPU"))
     with pytest.raises(LigerKitError, match="on a CUDA GPU, and this machine has none"):
         script.run_trial(Path("recipes/qwen3/configs/gpu.yaml"), "eager+ckpt", 4096, 2, [])
+
+
+OUT_OF_MEMORY_TAIL = (
+    "  File \"/site/torch/nn/functional.py\", line 2900, in silu\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.27 GiB. GPU 0 has a total capacity of\n"
+    "79.19 GiB of which 3.06 GiB is free. Including non-PyTorch memory, this process has 76.12 GiB memory in use.\n"
+    "Of the allocated memory 68.50 GiB is allocated by PyTorch, and 7.10 GiB is reserved by PyTorch but\n"
+    "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=\n"
+    "expandable_segments:True to avoid fragmentation.")
+
+
+def test_the_allocators_out_of_memory_message_is_read_in_gib_whatever_its_units_and_line_breaks():
+    from ligerkit.proof.fits import allocator_state, describe_allocator
+
+    state = allocator_state(OUT_OF_MEMORY_TAIL)
+    assert state == pytest.approx({"tried_gib": 6.27, "capacity_gib": 79.19, "free_gib": 3.06, "in_use_gib": 76.12,
+                                   "allocated_gib": 68.50, "reserved_unallocated_gib": 7.10})
+    said = describe_allocator(state)
+    assert "asked for 6.27 GiB with 3.06 GiB free" in said and "68.5 GiB held by tensors" in said
+    assert "7.10 GiB reserved but not handed out" in said
+    # other units, no "Including non-PyTorch memory" clause; the last message counts when a log holds two
+    short = allocator_state("CUDA out of memory. Tried to allocate 1 GiB. ...\nCUDA out of memory. Tried to allocate "
+                            "20.00 MiB. GPU 0 has a total capacity of 8.00 GiB of which 0 bytes is free. Of the "
+                            "allocated memory 512.00 KiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch "
+                            "but unallocated.")
+    assert short == pytest.approx({"tried_gib": 20 / 1024, "capacity_gib": 8.0, "free_gib": 0.0,
+                                   "allocated_gib": 512 / 2**20, "reserved_unallocated_gib": 0.0})
+    assert allocator_state("ConfigError: this config needs at least 150.0 GiB per GPU") is None
+    assert allocator_state("ValueError: shapes do not match") is None
+    assert describe_allocator(None) == ""
+
+
+def test_an_out_of_memory_trial_keeps_what_the_allocator_held_into_its_record_summary_and_table(monkeypatch):
+    from pathlib import Path
+
+    from ligerkit.proof.arm_runs import ArmFailedError
+
+    script = sweep_script("context_sweep_gpu_allocator")
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+
+    def runner(config, overrides):
+        raise ArmFailedError(f"python -m ligerkit train failed (1):\n{OUT_OF_MEMORY_TAIL}")
+
+    monkeypatch.setattr(script, "default_runner", lambda: runner)
+    miss = script.run_trial(Path("recipes/qwen3/configs/gpu.yaml"), "liger_fused+offload", 273664, 2, [])
+    assert not miss.fits and miss.reason == "out of memory"
+    assert miss.allocator["reserved_unallocated_gib"] == pytest.approx(7.10)
+    assert Trial(**miss.to_dict()) == miss  # the record line loads back as it was
+    result = summary([Trial("liger_fused+offload", 262144, True, peak_mem_gib=65.4), miss], ["liger_fused+offload"],
+                     reference="liger_fused+offload")
+    assert result["liger_fused+offload"]["miss_allocator"] == miss.allocator
+    row = next(line for line in to_markdown(result, "liger_fused+offload").splitlines()
+               if line.startswith("| liger_fused+offload |"))
+    assert "| 273664 | out of memory (asked for 6.27 GiB with 3.06 GiB free;" in row
+    assert "7.10 GiB reserved but not handed out) |" in row
+
+    def refused(config, overrides):  # the footprint check's refusal says nothing of the allocator
+        raise ArmFailedError("ConfigError: this config needs at least 150.0 GiB per GPU")
+
+    monkeypatch.setattr(script, "default_runner", lambda: refused)
+    trial = script.run_trial(Path("recipes/qwen3/configs/gpu.yaml"), "eager", 4096, 2, [])
+    assert trial.reason == "refused by the footprint check" and trial.allocator is None
+    assert "(" not in to_markdown(summary([trial], ["eager"])).splitlines()[-1].split("|")[5]
+
+
+def test_the_sweep_prints_what_the_allocator_held_beside_an_out_of_memory_trial(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    from ligerkit.proof.fits import allocator_state
+
+    script = sweep_script("context_sweep_gpu_allocator_print")
+    monkeypatch.setattr(script, "resolve_config", lambda target: target)
+
+    def trial(config, arm, length, steps, extra):
+        if length <= 8192:
+            return Trial(arm, length, True, tokens_per_s=1.0, seconds=1.0, step_s=0.1)
+        return Trial(arm, length, False, "out of memory", seconds=1.0, allocator=allocator_state(OUT_OF_MEMORY_TAIL))
+
+    monkeypatch.setattr(script, "run_trial", trial)
+    out = tmp_path / "sweep.jsonl"
+    monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096",
+                                      "--limit", "16384", "--precision", "0.9"])
+    script.main()
+    printed = capsys.readouterr().out
+    assert "eager 16384: out of memory (asked for 6.27 GiB with 3.06 GiB free; 68.5 GiB held by tensors; 7.10 GiB " \
+           "reserved but not handed out)" in printed
+    assert json.loads(out.read_text().splitlines()[-1])["allocator"]["tried_gib"] == pytest.approx(6.27)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ligerkit.errors import LigerKitError
 from ligerkit.proof.bench import GRADIENT_PASS_LINES, arm_overrides
-from ligerkit.proof.fits import out_of_memory_error
+from ligerkit.proof.fits import describe_allocator, out_of_memory_error
 from ligerkit.proof.recommend import GradCheck, GradTolerance, check_gradients
 from ligerkit.train.config.arms import arm_lines, is_compiled
 
@@ -107,6 +107,7 @@ class Trial:
     tokens_per_s: float | None = None
     seconds: float | None = None  # the trial's wall time, process start to end
     step_s: float | None = None  # one training step's time (the median), within it
+    allocator: dict[str, float] | None = None  # an out-of-memory miss: the allocator's state (fits.allocator_state)
 
     def to_dict(self) -> dict[str, Any]:
         """The trial as a JSON object (one line of the sweep's record)."""
@@ -182,8 +183,9 @@ def next_length(trials: Sequence[Trial], start: int, limit: int, precision: floa
 
 
 def summary(trials: Sequence[Trial], arms: Sequence[str], reference: str = "eager") -> dict[str, Any]:
-    """Per arm: the longest length that fit, the shortest that did not, its peak memory and tokens/s
-    there, and the longest fit as a multiple of ``reference``'s."""
+    """Per arm: the longest length that fit, the shortest that did not (why, and when it ran out of memory
+    what the allocator held then), its peak memory and tokens/s there, and the longest fit as a multiple
+    of ``reference``'s."""
     out: dict[str, Any] = {}
     for arm in arms:
         mine = [t for t in trials if t.arm == arm]
@@ -191,7 +193,8 @@ def summary(trials: Sequence[Trial], arms: Sequence[str], reference: str = "eage
         at = next((t for t in mine if t.fits and t.seq_len == longest), None)
         out[arm] = {"longest_fit": longest, "shortest_miss": miss, "trials": len(mine),
                     "peak_mem_gib": at.peak_mem_gib if at else None, "tokens_per_s": at.tokens_per_s if at else None,
-                    "miss_reason": next((t.reason for t in mine if not t.fits and t.seq_len == miss), None)}
+                    "miss_reason": next((t.reason for t in mine if not t.fits and t.seq_len == miss), None),
+                    "miss_allocator": next((t.allocator for t in mine if not t.fits and t.seq_len == miss), None)}
     base = out.get(reference, {}).get("longest_fit")
     for row in out.values():
         row["vs_" + reference] = round(row["longest_fit"] / base, 3) if base and row["longest_fit"] else None
@@ -200,13 +203,17 @@ def summary(trials: Sequence[Trial], arms: Sequence[str], reference: str = "eage
 
 def to_markdown(result: dict[str, Any], reference: str = "eager") -> str:
     """The sweep's table: one row per arm."""
+    def why(row: dict[str, Any]) -> str:
+        said = describe_allocator(row.get("miss_allocator"))
+        return (row["miss_reason"] or "-") + (f" ({said})" if said else "")
+
     lines = [f"| arm | longest that fits | vs {reference} | shortest that did not | why | peak GiB at the longest "
              "| tokens/s there |", "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
     for arm, row in result.items():
         def num(value: Any, fmt: str = "{}") -> str:
             return "-" if value is None else fmt.format(value)
         lines.append(f"| {arm} | {num(row['longest_fit'])} | {num(row['vs_' + reference], '{:.2f}x')} "
-                     f"| {num(row['shortest_miss'])} | {row['miss_reason'] or '-'} "
+                     f"| {num(row['shortest_miss'])} | {why(row)} "
                      f"| {num(row['peak_mem_gib'], '{:.1f}')} | {num(row['tokens_per_s'], '{:,.0f}')} |")
     return "\n".join(lines)
 

@@ -6,6 +6,8 @@ that fails for any other reason is a bug, and stays an error.
 
 from __future__ import annotations
 
+import re
+
 from ligerkit.errors import LigerKitError
 
 OUT_OF_MEMORY_MARKS = ("out of memory", "outofmemoryerror")
@@ -25,6 +27,51 @@ def does_not_fit(error_text: str) -> str | None:
     if any(mark in low for mark in REFUSED_MARKS):
         return "refused by the footprint check"
     return None
+
+
+_SIZE = r"([0-9.]+) (bytes|KiB|MiB|GiB|TiB)"
+_UNITS = {"bytes": 2**-30, "KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "TiB": 2**10}
+_ALLOCATOR_FIELDS = {
+    "tried_gib": r"Tried to allocate " + _SIZE,
+    "capacity_gib": r"has a total capacity of " + _SIZE,
+    "free_gib": r" of which " + _SIZE + r" is free",
+    "in_use_gib": r"this process has " + _SIZE + r" memory in use",
+    "allocated_gib": r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch",
+    "reserved_unallocated_gib": r"and " + _SIZE + r" is reserved by PyTorch but unallocated",
+}
+
+
+def allocator_state(error_text: str) -> dict[str, float] | None:
+    """What PyTorch's caching allocator said when it ran out, in GiB, read from its out-of-memory message
+    (the last one in ``error_text``): the request it could not meet (``tried_gib``), the card's capacity and
+    free memory, this process's use, what live tensors held (``allocated_gib``) and what it had reserved
+    without handing out (``reserved_unallocated_gib``: fragmentation when large). Only the fields the message
+    gives; ``None`` when it gives none (another failure, or the footprint check's refusal)."""
+    start = error_text.rfind("Tried to allocate")
+    if start < 0:
+        return None
+    text = " ".join(error_text[start:].split())
+    found = {}
+    for field, pattern in _ALLOCATOR_FIELDS.items():
+        match = re.search(pattern, text)
+        if match:
+            found[field] = float(match.group(1)) * _UNITS[match.group(2)]
+    return found or None
+
+
+def describe_allocator(state: dict[str, float] | None) -> str:
+    """``state`` (:func:`allocator_state`) in words, or ``""`` without one."""
+    if not state:
+        return ""
+    words = []
+    if "tried_gib" in state:
+        words.append(f"asked for {state['tried_gib']:.2f} GiB" + (
+            f" with {state['free_gib']:.2f} GiB free" if "free_gib" in state else ""))
+    if "allocated_gib" in state:
+        words.append(f"{state['allocated_gib']:.1f} GiB held by tensors")
+    if "reserved_unallocated_gib" in state:
+        words.append(f"{state['reserved_unallocated_gib']:.2f} GiB reserved but not handed out")
+    return "; ".join(words)
 
 
 def out_of_memory_error(exc: BaseException) -> BaseException | None:
