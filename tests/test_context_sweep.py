@@ -493,3 +493,20 @@ def test_the_sweep_prints_what_the_allocator_held_beside_an_out_of_memory_trial(
     assert "eager 16384: out of memory (asked for 6.27 GiB with 3.06 GiB free; 68.5 GiB held by tensors; 7.10 GiB " \
            "reserved but not handed out)" in printed
     assert json.loads(out.read_text().splitlines()[-1])["allocator"]["tried_gib"] == pytest.approx(6.27)
+
+
+def test_a_bench_arm_that_did_not_fit_is_a_result_with_the_allocators_account_and_the_reference_is_an_error():
+    from ligerkit.proof.arm_runs import ArmFailedError
+    from ligerkit.proof.fits import unfit_reason
+
+    said = unfit_reason("liger", 1, ArmFailedError(OUT_OF_MEMORY_TAIL))
+    assert said.startswith("out of memory (round 2; asked for 6.27 GiB with 3.06 GiB free;")
+    assert said.endswith("7.10 GiB reserved but not handed out)")
+    assert unfit_reason("liger", 0, ArmFailedError("ConfigError: this config needs at least 150.0 GiB per GPU")) == \
+        "refused by the footprint check (round 1)"
+    with pytest.raises(LigerKitError, match="eager, which every ratio is against, does not fit"):
+        unfit_reason("eager", 0, ArmFailedError(OUT_OF_MEMORY_TAIL))
+    failure = ArmFailedError("ValueError: shapes do not match")
+    with pytest.raises(ArmFailedError) as raised:
+        unfit_reason("liger", 0, failure)
+    assert raised.value is failure

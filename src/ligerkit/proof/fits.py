@@ -90,9 +90,9 @@ def out_of_memory_error(exc: BaseException) -> BaseException | None:
 
 
 def unfit_reason(arm: str, round_: int, exc: Exception, reference: str = "eager") -> str:
-    """Why a bench arm's run did not fit in round ``round_`` (0-based): a result. Any other failure is
-    re-raised; so is the reference arm not fitting, as a :class:`LigerKitError` saying what to change
-    (every ratio is against it)."""
+    """Why a bench arm's run did not fit in round ``round_`` (0-based), with the allocator's account when it
+    ran out of memory (:func:`describe_allocator`): a result. Any other failure is re-raised; so is the
+    reference arm not fitting, as a :class:`LigerKitError` saying what to change (every ratio is against it)."""
     why = does_not_fit(str(exc))
     if why is None:
         raise exc
@@ -100,4 +100,5 @@ def unfit_reason(arm: str, round_: int, exc: Exception, reference: str = "eager"
         raise LigerKitError(f"{reference}, which every ratio is against, does not fit ({why}); every arm must train "
                             "the same way, so set train.activation_checkpointing=true (or a shorter data.seq_len or a "
                             "smaller train.micro_batch_size) for all of them with --set") from exc
-    return f"{why} (round {round_ + 1})"
+    said = describe_allocator(allocator_state(str(exc)))
+    return f"{why} (round {round_ + 1}{'; ' + said if said else ''})"
