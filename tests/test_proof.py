@@ -441,10 +441,11 @@ def test_an_arm_out_of_memory_is_a_result_of_the_bench_not_a_crash(tmp_path):
 
     result = B.bench(GPU_CONFIG, BOpt.BenchOptions(["eager", "liger", "liger_fused"], steps=2, warmup=0, repeats=2),
                      overrides=[], runner=FakeRunner(make))
-    assert result["out_of_memory"] == {"liger": "out of memory (round 2)"}
+    assert result["out_of_memory"] == {"liger": "out of memory (round 2; asked for 5.00 GiB)"}
     assert list(result["arms"]) == ["eager", "liger_fused"] and len(result["arms"]["liger_fused"]["runs"]) == 2
     assert result["recommendation"]["arm"] == "liger_fused"
-    assert "Did not fit, so not in the table nor recommended: liger: out of memory (round 2)." in BO.to_markdown(result)
+    assert "Did not fit, so not in the table nor recommended: liger: out of memory (round 2; asked for 5.00 GiB)." \
+        in BO.to_markdown(result)
     BO.write_outputs(result, tmp_path)  # the table and the plot hold the arms that fit
 
     def eager_too_big(overrides):
