@@ -13,6 +13,10 @@ a whole command would have. A run that stops at the deadline names the trial it 
 (``next_trial`` in the summary) and, when that trial alone outlasts ``--deadline``, the deadline it needs.
 Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
 length the search skipped (first, within the same limits), and a fit there raises that arm's search.
+Each trial records its setting (``ligerkit.proof.record_setting.sweep_setting``: the config with the ``--set``
+lines, ``--steps``, the card, the stack's versions, ``PYTORCH_CUDA_ALLOC_CONF``); a run whose setting differs
+from the record's refuses to add to it, before its first trial, naming what differs (search options such as
+``--start``, ``--precision``, ``--probe`` and the arms may change between runs).
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
@@ -35,7 +39,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -47,6 +51,7 @@ from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_m
                                           to_markdown, trial_overrides)
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fit
+from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
 
 
 def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
@@ -66,6 +71,28 @@ def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str
     row = summarize(run, min(1, steps - 1))
     return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"),
                  time.monotonic() - began, row.get("step_time_s"))
+
+
+def this_setting(config: Path, extra: list[str], steps: int) -> dict:
+    """The setting this run's trials are measured in (``sweep_setting``), on this process's CUDA GPU."""
+    if not torch.cuda.is_available():
+        raise LigerKitError("the context sweep measures memory and time on a CUDA GPU, and this machine has none; "
+                            "run it on the GPU machine (README, \"GPU runs\")")
+    card = torch.cuda.get_device_properties(0)
+    return sweep_setting(config, extra, steps, card.name, card.total_memory / 2**30)
+
+
+def refuse_another_setting(out: Path, recorded: list, setting: dict,
+                           spared: str = "so nothing was run or written") -> None:
+    """Stop (``SystemExit``) before measuring anything into ``out`` when its trials, gradient check or
+    breakdown (their ``recorded`` settings) were measured in another setting than ``setting``; ``spared``
+    says what this run left undone."""
+    differs = setting_conflict(recorded, setting)
+    if differs:
+        raise SystemExit(f"context_sweep_gpu.py: {out} was measured in another setting than this run's ({differs}): "
+                         f"its figures and this run's would not compare side by side, {spared}. Give --out a new "
+                         "file, or run where and as the record was made (the same card, versions, config and --set "
+                         f"lines, --steps and {ALLOC_CONF}).")
 
 
 def breakdown(config: Path, spec: str, seq_len: int, extra: list[str]) -> dict:
@@ -153,18 +180,31 @@ def main() -> None:
         if arm not in arms or not length.isdigit() or int(length) <= 0:
             parser.error(f"--probe takes ARM=LENGTH with ARM one of --arms and LENGTH tokens above 0 (got {item!r})")
         probes.append((arm, int(length)))
+    setting: dict = {}  # this run's, read before its first measurement (a run that measures nothing needs no GPU)
+
+    def measured_here() -> dict:
+        if not setting:
+            try:
+                setting.update(this_setting(config, args.set, args.steps))
+            except LigerKitError as exc:
+                raise SystemExit(f"context_sweep_gpu.py: {exc}") from exc
+            refuse_another_setting(out, [t.setting for t in trials], setting)
+        return setting
+
     checks = None
     if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
-        if grads_file.exists():
-            found = json.loads(grads_file.read_text())
+        found = json.loads(grads_file.read_text()) if grads_file.exists() else None
+        if found is not None:
+            refuse_another_setting(grads_file, [found.get("setting")], measured_here())
             checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in found["arms"].items()}
         if checks is None or found["seq_len"] != args.grads or set(checks) != {reference, *arms}:
+            measured_here()
             try:
                 checks = sweep_gradients(config, arms, reference, args.grads, args.set, torch.device("cuda"))
             except LigerKitError as exc:  # nothing written: the search has not started
                 raise SystemExit(f"context_sweep_gpu.py: {exc}") from exc
-            grads_file.write_text(json.dumps({"seq_len": args.grads, "reference": reference,
+            grads_file.write_text(json.dumps({"seq_len": args.grads, "reference": reference, "setting": setting,
                                               "arms": {a: asdict(c) for a, c in checks.items()}}, indent=2))
         for arm, check in checks.items():
             print(f"step-1 gradients at {args.grads:,} tokens, {arm}: {'PASS' if check.passed else 'FAIL'} "
@@ -195,8 +235,9 @@ def main() -> None:
         if time.monotonic() - began + (guess or 0.0) > args.deadline:
             waiting.update(arm=arm, seq_len=length, predicted_s=guess)
             return False
+        here = measured_here()
         t0 = time.monotonic()
-        record(run_trial(config, arm, length, args.steps, args.set), time.monotonic() - t0)
+        record(replace(run_trial(config, arm, length, args.steps, args.set), setting=here), time.monotonic() - t0)
         return True
 
     done = True
@@ -216,6 +257,7 @@ def main() -> None:
     advice = recommendation(result, reference, checks)
     out.with_suffix(".summary.json").write_text(json.dumps({
         "complete": done, "next_trial": waiting or None, "reference": reference, "arms": result,
+        "settings": recorded_settings(trials),
         "recommendation": advice,
         "gradients": None if checks is None else {"seq_len": args.grads, "arms": {a: asdict(c) for a, c in checks.items()}},
     }, indent=2))
@@ -240,7 +282,10 @@ def main() -> None:
             if time.monotonic() - began + (guess or 0.0) > args.deadline:
                 print("breakdown stopped at the deadline: rerun the same command to continue")
                 break
-            measured[arm] = breakdown(config, arm, longest, args.set)
+            here = measured_here()
+            refuse_another_setting(path, [row.get("setting") for row in measured.values()], here,
+                                   "so no breakdown was measured or written into it")
+            measured[arm] = {**breakdown(config, arm, longest, args.set), "setting": here}
             path.write_text(json.dumps(measured, indent=2))
         print(breakdown_markdown({arm: measured[arm] for arm in arms if arm in measured}))
 

@@ -31,9 +31,10 @@ def sweep_script(name: str):
     return script
 
 
-def timed_trials(script, monkeypatch, fits=lambda length: True) -> list[int]:
+def timed_trials(script, monkeypatch, fits=lambda length: True, card: str = "card A") -> list[int]:
     """Stand in for ``script``'s trials (a step takes (length / 4096)^2 seconds; ``fits`` says which lengths
-    fit) and its config lookup; returns the lengths run, in order, as they are run."""
+    fit), its config lookup and its setting (measured on ``card``); returns the lengths run, in order, as
+    they are run."""
     from pathlib import Path
 
     ran: list[int] = []
@@ -47,6 +48,7 @@ def timed_trials(script, monkeypatch, fits=lambda length: True) -> list[int]:
 
     monkeypatch.setattr(script, "run_trial", trial)
     monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    monkeypatch.setattr(script, "this_setting", lambda config, extra, steps: {"device": card, "steps": steps})
     return ran
 
 
@@ -478,6 +480,7 @@ def test_the_sweep_prints_what_the_allocator_held_beside_an_out_of_memory_trial(
 
     script = sweep_script("context_sweep_gpu_allocator_print")
     monkeypatch.setattr(script, "resolve_config", lambda target: target)
+    monkeypatch.setattr(script, "this_setting", lambda config, extra, steps: {"device": "card"})
 
     def trial(config, arm, length, steps, extra):
         if length <= 8192:
@@ -510,3 +513,109 @@ def test_a_bench_arm_that_did_not_fit_is_a_result_with_the_allocators_account_an
     with pytest.raises(ArmFailedError) as raised:
         unfit_reason("liger", 0, failure)
     assert raised.value is failure
+
+
+def test_a_sweep_setting_is_the_trained_config_the_card_the_stack_and_the_allocator(monkeypatch):
+    from pathlib import Path
+
+    from ligerkit.errors import ConfigError
+    from ligerkit.proof.record_setting import ALLOC_CONF, sweep_setting
+
+    config = Path(__file__).resolve().parents[1] / "recipes" / "qwen3" / "configs" / "cpu.yaml"
+    versions = {"torch": "2.11.0", "transformers": "5.25.0", "liger-kernel": "0.8.5", "peft": None, "trl": "1.0"}
+    monkeypatch.delenv(ALLOC_CONF, raising=False)
+    base = sweep_setting(config, [], 2, "NVIDIA H200", 139.8, versions)
+    assert base == {"config_sha256": base["config_sha256"], "steps": 2, "device": "NVIDIA H200", "device_gib": 140,
+                    "torch": "2.11.0", "transformers": "5.25.0", "liger-kernel": "0.8.5", "peft": None,
+                    "alloc_conf": ""}
+    # the same config reached by another path or a --set that changes nothing is the same setting
+    monkeypatch.chdir(config.parent)
+    assert sweep_setting("cpu.yaml", [], 2, "NVIDIA H200", 139.8, versions) == base
+    steps_in_file = __import__("yaml").safe_load(config.read_text())["train"]["steps"]
+    assert sweep_setting(config, [f"train.steps={steps_in_file}"], 2, "NVIDIA H200", 139.8, versions) == base
+    # what changes the trials changes the setting
+    other = sweep_setting(config, ["train.optim.lr=0.5"], 2, "NVIDIA H200", 139.8, versions)
+    assert other["config_sha256"] != base["config_sha256"]
+    assert sweep_setting(config, [], 3, "NVIDIA H200", 139.8, versions)["steps"] == 3
+    monkeypatch.setenv(ALLOC_CONF, "expandable_segments:True")
+    assert sweep_setting(config, [], 2, "NVIDIA H200", 139.8, versions)["alloc_conf"] == "expandable_segments:True"
+    with pytest.raises(ConfigError, match="train.stepz"):
+        sweep_setting(config, ["train.stepz=3"], 2, "NVIDIA H200", 139.8, versions)
+
+
+def test_a_setting_conflict_names_each_difference_and_older_trials_are_taken_as_they_are():
+    from ligerkit.proof.record_setting import recorded_settings, setting_conflict
+
+    here = {"device": "NVIDIA H200", "transformers": "5.25.0", "alloc_conf": ""}
+    there = {"device": "NVIDIA H100 80GB HBM3", "transformers": "5.25.0", "alloc_conf": "expandable_segments:True"}
+    assert setting_conflict([None, here, None], here) is None
+    assert setting_conflict([here, there], here) == ("device: 'NVIDIA H100 80GB HBM3' there, 'NVIDIA H200' here; "
+                                                    "alloc_conf: 'expandable_segments:True' there, '' here")
+    assert setting_conflict([{**here, "peft": "0.21.2"}], here) == "peft: '0.21.2' there, None here"
+    trials = [Trial("a", 1, True), Trial("a", 2, True, setting=here), Trial("b", 2, True, setting=there),
+              Trial("b", 4, True, setting=here)]
+    assert recorded_settings(trials) == [here, there]
+
+
+def test_a_record_measured_in_another_setting_is_refused_before_any_trial_and_left_as_it_was(monkeypatch, tmp_path):
+    import json
+    import sys
+
+    out = tmp_path / "sweep.jsonl"
+    out.write_text(json.dumps(Trial("eager", 2048, True, tokens_per_s=1.0, seconds=10.0, step_s=0.25).to_dict()) + "\n")
+
+    def argv(limit: int, *more: str) -> list[str]:
+        return ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", str(limit),
+                "--deadline", "1e9", *more]
+
+    card_a = {"device": "card A", "steps": 2}
+    script = sweep_script("context_sweep_gpu_setting")
+    ran = timed_trials(script, monkeypatch, card="card A")
+    monkeypatch.setattr(sys, "argv", argv(8192))
+    script.main()  # a line from before records kept a setting is taken as it is; the new lines carry theirs
+    assert ran == [4096, 8192]
+    assert [json.loads(line)["setting"] for line in out.read_text().splitlines()] == [None, card_a, card_a]
+    assert json.loads(out.with_suffix(".summary.json").read_text())["settings"] == [card_a]
+    kept = out.read_bytes()
+
+    script = sweep_script("context_sweep_gpu_setting_b")
+    ran = timed_trials(script, monkeypatch, card="card B")
+    monkeypatch.setattr(sys, "argv", argv(16384))
+    with pytest.raises(SystemExit, match="measured in another setting than this run's \\(device: 'card A' there, "
+                                         "'card B' here\\).*nothing was run or written.*Give --out a new file"):
+        script.main()
+    assert ran == [] and out.read_bytes() == kept
+    monkeypatch.setattr(sys, "argv", argv(8192))
+    script.main()  # a run that measures nothing (the search is complete) needs no setting: its summary is written
+    assert ran == [] and out.read_bytes() == kept
+
+    # a gradient check from another card is neither reused nor overwritten, even beside an empty record
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "sweep_gradients", lambda *a, **k: pytest.fail("a gradient check ran"))
+    for record in (out, tmp_path / "new.jsonl"):
+        grads = record.with_suffix(".grads.json")
+        grads.write_text(json.dumps({"seq_len": 1024, "reference": "eager", "setting": card_a, "arms": {}}))
+        monkeypatch.setattr(sys, "argv", [*argv(8192, "--grads", "1024")[:2], str(record), *argv(8192)[3:],
+                                          "--grads", "1024"])
+        with pytest.raises(SystemExit, match=f"{record.name if record == out else grads.name} was measured in "
+                                             "another setting"):
+            script.main()
+        assert json.loads(grads.read_text())["setting"] == card_a
+    assert ran == [] and out.read_bytes() == kept and not (tmp_path / "new.jsonl").exists()
+
+    script = sweep_script("context_sweep_gpu_setting_a")
+    ran = timed_trials(script, monkeypatch, card="card A")
+    monkeypatch.setattr(sys, "argv", argv(16384))
+    script.main()  # the record's own setting goes on where it stopped
+    assert ran == [16384]
+
+    # a breakdown measured in another setting is not added to
+    breakdown = out.with_suffix(".breakdown.json")
+    breakdown.write_text(json.dumps({"eager": {"seq_len": 8192, "setting": {"device": "card B", "steps": 2}}}))
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "breakdown", lambda *a, **k: pytest.fail("a breakdown was measured"))
+    monkeypatch.setattr(sys, "argv", argv(16384, "--breakdown"))
+    with pytest.raises(SystemExit, match=f"{breakdown.name} was measured in another setting .*no breakdown was "
+                                         "measured or written into it"):
+        script.main()
+    assert json.loads(breakdown.read_text())["eager"]["seq_len"] == 8192

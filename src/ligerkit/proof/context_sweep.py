@@ -4,7 +4,8 @@ then bisected (geometrically) until the longest fit and the shortest miss are wi
 A run that does not fit is a result, not a crash: the trial records why (the allocator's
 out-of-memory error, or the footprint check's refusal before anything was allocated). The search is
 pure (:func:`next_length` reads the trials so far), so a sweep that stops at a time limit resumes
-from its recorded trials.
+from its recorded trials; each trial records its setting (:mod:`ligerkit.proof.record_setting`), and a
+run in another one adds nothing to that record.
 
 An arm of the sweep is a bench arm, optionally with memory variants (:func:`arm_spec`:
 ``liger_fused+offload`` is the swaps and the fused loss with each layer checkpointed and its kept
@@ -108,6 +109,7 @@ class Trial:
     seconds: float | None = None  # the trial's wall time, process start to end
     step_s: float | None = None  # one training step's time (the median), within it
     allocator: dict[str, float] | None = None  # an out-of-memory miss: the allocator's state (fits.allocator_state)
+    setting: dict[str, Any] | None = None  # where and as what it ran (record_setting); None in older records
 
     def to_dict(self) -> dict[str, Any]:
         """The trial as a JSON object (one line of the sweep's record)."""
