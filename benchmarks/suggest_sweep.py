@@ -8,6 +8,9 @@ the seconds it took, the parsed JSON (or the stderr tail when it failed or print
 module's top model classes (read here, for the in-place audit). A module that does not import is
 recorded with why (``"skipped": "import"``) and not run.
 
+Every line records the versions it ran with (``stack``: torch, transformers, liger-kernel); a file
+holding lines of other versions is refused, before anything runs or is copied into it.
+
 The sweep runs in parts and resumes: a module already in the output file is skipped, ``--deadline``
 stops starting modules once that much wall time has passed (modules still running then get
 ``--grace`` more seconds; one killed by that limit is not recorded, so the next call runs it again),
@@ -214,11 +217,42 @@ def append(handle: TextIO, record: Record) -> None:
     os.fsync(handle.fileno())
 
 
+STACK_PACKAGES = ("torch", "transformers", "liger-kernel")
+"""The packages whose versions decide a module's result: every line of one sweep file runs with the same."""
+
+
+def stack_now() -> dict[str, str | None]:
+    """The versions of :data:`STACK_PACKAGES` this interpreter imports (the suggest subprocesses inherit its
+    path, so they run with the same)."""
+    from ligerkit.environment import installed
+
+    versions = installed()
+    return {name: versions.get(name) for name in STACK_PACKAGES}
+
+
+def check_stack(records: Iterable[Record], stack: dict[str, str | None], where: Path) -> None:
+    """Refuse (``SystemExit``) a file whose lines ran with other versions than ``stack``: one file, one
+    stack. Lines from before the sweep recorded its versions carry none and are taken as they are."""
+    for record in records:
+        theirs = record.get("stack")
+        if theirs is None or theirs == stack:
+            continue
+        differs = ", ".join(f"{name} {theirs.get(name)} there, {stack.get(name)} here"
+                            for name in dict.fromkeys([*stack, *theirs]) if theirs.get(name) != stack.get(name))
+        raise SystemExit(f"{where} holds runs with other versions ({record['module']}: {differs}); its results and "
+                         "this run's would not compare, so nothing was run or copied: use another file for this "
+                         "sweep, or run it with the versions the file was made with")
+
+
 def resume_from(source: Path, out: Path) -> int:
     """Copy the lines of ``source`` (an earlier call's output) for modules ``out`` lacks into ``out``;
-    returns how many were copied."""
+    returns how many were copied. Either file holding runs with other versions than this interpreter's
+    is refused before anything is copied (:func:`check_stack`)."""
     if not source.exists():
         raise SystemExit(f"--resume-from {source}: no such file")
+    stack = stack_now()
+    check_stack(read_records(source), stack, source)
+    check_stack(read_records(out), stack, out)
     if out.exists() and source.resolve() == out.resolve():
         return 0
     repair(out)
@@ -231,9 +265,14 @@ def resume_from(source: Path, out: Path) -> int:
     return len(new)
 
 
-def done_modules(records: Iterable[Record], gpu: bool, retry_timeouts: bool = False) -> set[str]:
+def done_modules(records: Iterable[Record], gpu: bool, retry_timeouts: bool = False,
+                 stack: dict[str, str | None] | None = None) -> set[str]:
     """Modules whose latest record means "done" (a timeout too, unless ``retry_timeouts``). A file that
-    holds runs of the other kind (``--gpu`` or not) is refused: one file, one kind of sweep."""
+    holds runs of the other kind (``--gpu`` or not), or with other versions than ``stack`` (when given),
+    is refused: one file, one kind of sweep, one stack."""
+    records = list(records)
+    if stack is not None:
+        check_stack(records, stack, Path("the output file"))
     done = set()
     for module, record in latest(records).items():
         if record.get("skipped") is None and bool(record.get("gpu")) != gpu:
@@ -353,7 +392,8 @@ def sweep(targets: Sequence[Target], out: Path, options: Options, *, jobs: int =
     hard_stop = begin + deadline + grace if deadline is not None else None
     out.parent.mkdir(parents=True, exist_ok=True)
     repair(out)
-    done = done_modules(read_records(out), options.gpu, retry_timeouts)
+    stack = stack_now()
+    done = done_modules(read_records(out), options.gpu, retry_timeouts, stack)
     todo = [t for t in targets if t.module not in done]
     result = SweepResult()
     print(f"sweep: {len(targets)} selected, {len(targets) - len(todo)} already in {out}, {len(todo)} to run"
@@ -376,7 +416,7 @@ def sweep(targets: Sequence[Target], out: Path, options: Options, *, jobs: int =
                     print(f"  {target.module}: stopped at the call's deadline; left for the next call",
                           file=log, flush=True)
                     continue
-                append(handle, record)
+                append(handle, {**record, "stack": stack})
                 finished.add(target.module)
                 result.ran += 1
                 print(f"  [{len(done) + len(finished)}/{len(targets)}] {_line(record)}", file=log, flush=True)
@@ -396,7 +436,7 @@ def sweep(targets: Sequence[Target], out: Path, options: Options, *, jobs: int =
             t0 = time.monotonic()
             module, why = import_module(target)
             if module is None:
-                append(handle, skipped_record(target, why or "?", time.monotonic() - t0, options.gpu))
+                append(handle, {**skipped_record(target, why or "?", time.monotonic() - t0, options.gpu), "stack": stack})
                 finished.add(target.module)
                 result.skipped_import += 1
                 print(f"  {target.module}: does not import ({(why or '')[:120]})", file=log, flush=True)
@@ -755,7 +795,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           file=sys.stderr, flush=True)
     targets = select(enumerate_modules(), args.only)
     if args.dry_run:
-        done = done_modules(read_records(args.out), args.gpu, args.retry_timeouts)
+        done = done_modules(read_records(args.out), args.gpu, args.retry_timeouts, stack_now())
         for target in targets:
             print(("done  " if target.module in done else "todo  ") + target.module)
         return 0

@@ -157,6 +157,29 @@ def test_gpu_and_cpu_runs_do_not_mix(tmp_path: Path, fake_run: list[str]) -> Non
         sw.sweep(_targets("a", "b"), out, sw.Options(gpu=True), log=io.StringIO())
 
 
+def test_each_line_keeps_its_versions_and_a_file_of_other_versions_is_refused_untouched(
+        tmp_path: Path, fake_run: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    here = {"torch": "2.13.0", "transformers": "5.25.0", "liger-kernel": "0.8.5"}
+    monkeypatch.setattr(sw, "stack_now", lambda: dict(here))
+    out = tmp_path / "sweep.jsonl"
+    _write(out, [_record("transformers.models.a.modeling_a", [])])  # from before lines kept versions: taken as it is
+    sw.sweep(_targets("a", "b", "broken"), out, sw.Options(), log=io.StringIO())
+    assert fake_run == ["transformers.models.b.modeling_b"]
+    assert [r.get("stack") for r in sw.read_records(out)] == [None, here, here]  # a run and a module that did not import
+    kept = out.read_bytes()
+
+    monkeypatch.setattr(sw, "stack_now", lambda: {**here, "transformers": "5.26.0"})
+    with pytest.raises(SystemExit, match="other versions .*transformers 5.25.0 there, 5.26.0 here.*nothing was run"):
+        sw.sweep(_targets("a", "b", "c"), out, sw.Options(), log=io.StringIO())
+    assert fake_run == ["transformers.models.b.modeling_b"] and out.read_bytes() == kept
+    fresh = tmp_path / "fresh.jsonl"
+    with pytest.raises(SystemExit, match=f"{out.name} holds runs with other versions"):
+        sw.resume_from(out, fresh)  # nor copied into a new file
+    assert not fresh.exists()
+    with pytest.raises(SystemExit, match="other versions"):
+        sw.main(["--only", "qwen3", "--out", str(out), "--dry-run"])
+
+
 def test_resume_from_copies_earlier_lines(tmp_path: Path, fake_run: list[str]) -> None:
     earlier, out = tmp_path / "earlier.jsonl", tmp_path / "out" / "sweep.jsonl"
     _write(earlier, [_record("transformers.models.a.modeling_a", [], gpu=True),
