@@ -54,12 +54,17 @@ from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fi
 from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
 
 
-def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
-    """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory, tokens/s and times) or not
-    (why)."""
+def require_cuda() -> None:
+    """Refuse (:class:`LigerKitError`) to measure off a CUDA GPU."""
     if not torch.cuda.is_available():
         raise LigerKitError("the context sweep measures memory and time on a CUDA GPU, and this machine has none; "
                             "run it on the GPU machine (README, \"GPU runs\")")
+
+
+def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str]) -> Trial:
+    """One arm (``ARM[+VARIANT...]``) at one length: fits (with its peak memory, tokens/s and times) or not
+    (why)."""
+    require_cuda()
     began = time.monotonic()
     try:
         run = default_runner()(config, trial_overrides(spec, seq_len, extra, steps))
@@ -75,9 +80,7 @@ def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str
 
 def this_setting(config: Path, extra: list[str], steps: int) -> dict:
     """The setting this run's trials are measured in (``sweep_setting``), on this process's CUDA GPU."""
-    if not torch.cuda.is_available():
-        raise LigerKitError("the context sweep measures memory and time on a CUDA GPU, and this machine has none; "
-                            "run it on the GPU machine (README, \"GPU runs\")")
+    require_cuda()
     card = torch.cuda.get_device_properties(0)
     return sweep_setting(config, extra, steps, card.name, card.total_memory / 2**30)
 

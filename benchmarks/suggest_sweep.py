@@ -230,18 +230,18 @@ def stack_now() -> dict[str, str | None]:
     return {name: versions.get(name) for name in STACK_PACKAGES}
 
 
-def check_stack(records: Iterable[Record], stack: dict[str, str | None], where: Path) -> None:
+def check_stack(records: Iterable[Record], stack: dict[str, str | None], where: str | Path) -> None:
     """Refuse (``SystemExit``) a file whose lines ran with other versions than ``stack``: one file, one
-    stack. Lines from before the sweep recorded its versions carry none and are taken as they are."""
+    stack (``ligerkit.proof.record_setting.setting_conflict`` says what differs). Lines from before the
+    sweep recorded its versions carry none and are taken as they are."""
+    from ligerkit.proof.record_setting import setting_conflict
+
     for record in records:
-        theirs = record.get("stack")
-        if theirs is None or theirs == stack:
-            continue
-        differs = ", ".join(f"{name} {theirs.get(name)} there, {stack.get(name)} here"
-                            for name in dict.fromkeys([*stack, *theirs]) if theirs.get(name) != stack.get(name))
-        raise SystemExit(f"{where} holds runs with other versions ({record['module']}: {differs}); its results and "
-                         "this run's would not compare, so nothing was run or copied: use another file for this "
-                         "sweep, or run it with the versions the file was made with")
+        differs = setting_conflict([record.get("stack")], stack)
+        if differs:
+            raise SystemExit(f"{where} holds runs with other versions ({record['module']}: {differs}); its results "
+                             "and this run's would not compare, so nothing was run or copied: use another file for "
+                             "this sweep, or run it with the versions the file was made with")
 
 
 def resume_from(source: Path, out: Path) -> int:
@@ -272,7 +272,7 @@ def done_modules(records: Iterable[Record], gpu: bool, retry_timeouts: bool = Fa
     is refused: one file, one kind of sweep, one stack."""
     records = list(records)
     if stack is not None:
-        check_stack(records, stack, Path("the output file"))
+        check_stack(records, stack, "the output file")
     done = set()
     for module, record in latest(records).items():
         if record.get("skipped") is None and bool(record.get("gpu")) != gpu:
