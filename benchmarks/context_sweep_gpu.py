@@ -10,7 +10,8 @@ arm's longest trial so far predicts it). A length whose trial would take longer 
 (default: ``--deadline``) is recorded as too slow to measure, a miss for the search: that arm's longest
 fit is then bounded by time, not by memory. Give ``--trial-limit`` when a command has less time left than
 a whole command would have. A run that stops at the deadline names the trial it stopped before
-(``next_trial`` in the summary) and, when that trial alone outlasts ``--deadline``, the deadline it needs.
+(``next_trial`` in the summary) and, when that trial alone outlasts ``--deadline``, the deadline it needs;
+its summary still settles every arm's lengths past ``--trial-limit`` (no trial runs for that).
 Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
 length the search skipped (first, within the same limits), and a fit there raises that arm's search.
 Each trial records its setting (``ligerkit.proof.record_setting.sweep_setting``: the config with the ``--set``
@@ -19,7 +20,9 @@ from the record's refuses to add to it, before its first trial, naming what diff
 ``--start``, ``--precision``, ``--probe`` and the arms may change between runs).
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
-a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation).
+a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation);
+the ``.grads.json`` beside ``--out`` keeps every check run, by length, reference and arms: a run whose arms
+one of them covers reuses it, any other adds its own.
 With ``--breakdown``, a complete search also says where each arm's memory goes at its longest length
 (``benchmarks/memory_gpu.py --saved``: weights, states, what the forward keeps by kind of module, the
 peak).
@@ -134,8 +137,9 @@ def main() -> None:
     parser.add_argument("--reference", help="the arm the others are measured against (default: the first)")
     parser.add_argument("--grads", type=int, metavar="LENGTH",
                         help="first, step-1 gradients of every arm at LENGTH tokens against a float32 run, judged "
-                             "against the reference arm's (into OUT's .grads.json, once); an arm that fails is "
-                             "left out of the recommendation")
+                             "against the reference arm's, kept in OUT's .grads.json beside earlier checks (one of "
+                             "these arms at this length is reused, none is overwritten); an arm that fails is left "
+                             "out of the recommendation")
     parser.add_argument("--probe", action="append", default=[], metavar="ARM=LENGTH",
                         help="also try ARM at LENGTH tokens, before the search (repeatable): whether a length fits "
                              "is not always monotonic (the allocator), and a fit found here raises that arm's search")
@@ -197,18 +201,24 @@ def main() -> None:
     checks = None
     if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
-        found = json.loads(grads_file.read_text()) if grads_file.exists() else None
-        if found is not None:
-            refuse_another_setting(grads_file, [found.get("setting")], measured_here())
-            checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in found["arms"].items()}
-        if checks is None or found["seq_len"] != args.grads or set(checks) != {reference, *arms}:
+        kept = json.loads(grads_file.read_text()) if grads_file.exists() else {}
+        entries = kept.get("checks", [kept] if kept else [])  # a file of one check (as written before) is one entry
+        if entries:
+            refuse_another_setting(grads_file, [e.get("setting") for e in entries], measured_here())
+        wanted = {reference, *arms}
+        entry = next((e for e in reversed(entries) if e.get("seq_len") == args.grads
+                      and e.get("reference") == reference and wanted <= set(e.get("arms", {}))), None)
+        if entry is None:  # measured and added beside the earlier checks, none of which is overwritten
             measured_here()
             try:
-                checks = sweep_gradients(config, arms, reference, args.grads, args.set, torch.device("cuda"))
+                found = sweep_gradients(config, arms, reference, args.grads, args.set, torch.device("cuda"))
             except LigerKitError as exc:  # nothing written: the search has not started
                 raise SystemExit(f"context_sweep_gpu.py: {exc}") from exc
-            grads_file.write_text(json.dumps({"seq_len": args.grads, "reference": reference, "setting": setting,
-                                              "arms": {a: asdict(c) for a, c in checks.items()}}, indent=2))
+            entry = {"seq_len": args.grads, "reference": reference, "setting": setting,
+                     "arms": {a: asdict(c) for a, c in found.items()}}
+            grads_file.write_text(json.dumps({"checks": [*entries, entry]}, indent=2))
+        checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])})
+                  for arm, c in entry["arms"].items() if arm in wanted}
         for arm, check in checks.items():
             print(f"step-1 gradients at {args.grads:,} tokens, {arm}: {'PASS' if check.passed else 'FAIL'} "
                   f"({check.reason}; worst {check.max_error:.3g})", flush=True)
@@ -224,17 +234,24 @@ def main() -> None:
 
     waiting: dict = {}  # the trial the run stopped before, when it stopped at the deadline
 
-    def attempt(arm: str, length: int, search: bool) -> bool:
-        """One trial of ``arm`` at ``length``, unless the arm's trials predict it past ``--trial-limit``
-        (said, never run nor put in ``--out``; for the search, a miss it keeps); ``False`` when it would end
-        past ``--deadline`` (then ``waiting`` names it)."""
+    def too_slow(arm: str, length: int, search: bool) -> bool:
+        """Whether the arm's trials predict ``length`` past ``--trial-limit``: then it is said, never run nor
+        put in ``--out``, and for the search kept as a miss (a prediction, not a measurement)."""
         guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
-        if guess is not None and guess > trial_limit:  # no command of this sweep could run it
-            reason = f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the {trial_limit:g} s one trial may take"
-            if search:  # a prediction, not a measurement: kept for this search and its summary only
-                trials.append(Trial(arm, length, False, reason))
-            print(f"{arm} {length}: {'' if search else 'not probed, '}{reason}", flush=True)
+        if guess is None or guess <= trial_limit:
+            return False
+        reason = f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the {trial_limit:g} s one trial may take"
+        if search:
+            trials.append(Trial(arm, length, False, reason))
+        print(f"{arm} {length}: {'' if search else 'not probed, '}{reason}", flush=True)
+        return True
+
+    def attempt(arm: str, length: int, search: bool) -> bool:
+        """One trial of ``arm`` at ``length``, unless it is :func:`too_slow`; ``False`` when it would end past
+        ``--deadline`` (then ``waiting`` names it)."""
+        if too_slow(arm, length, search):  # no command of this sweep could run it
             return True
+        guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
         if time.monotonic() - began + (guess or 0.0) > args.deadline:
             waiting.update(arm=arm, seq_len=length, predicted_s=guess)
             return False
@@ -256,6 +273,10 @@ def main() -> None:
                 break
         if not done:
             break
+    for arm in () if done else arms:  # a stopped run still settles, for every arm, what no command could measure
+        while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
+                                     args.precision)) is not None and too_slow(arm, length, True):
+            pass
     result = summary(trials, arms, reference)
     advice = recommendation(result, reference, checks)
     out.with_suffix(".summary.json").write_text(json.dumps({

@@ -340,6 +340,33 @@ def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_l
         script.main()
 
 
+def test_a_run_stopped_at_the_deadline_still_says_which_lengths_no_trial_could_reach_for_every_arm(monkeypatch,
+                                                                                                      tmp_path):
+    import json
+    import sys
+
+    script = sweep_script("context_sweep_gpu_settle")
+    ran = timed_trials(script, monkeypatch)
+    out = tmp_path / "sweep.jsonl"
+    lines = [Trial("eager", 4096, True, seconds=12.0, step_s=1.0, tokens_per_s=1.0),
+             Trial("liger_fused", 16384, True, seconds=42.0, step_s=16.0, tokens_per_s=1.0)]
+    out.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in lines))
+    before = out.read_bytes()
+    monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager,liger_fused",
+                                      "--start", "4096", "--limit", "65536", "--precision", "0.3",
+                                      "--trial-limit", "100", "--deadline", "10"])
+    script.main()
+    # eager's next trial (8192, about 18 s) outlasts the 10 s run: it stops there, before liger_fused's search; its
+    # 32768 (about 138 s, over the 100 s a trial may take) is still a miss of its search, its 24576 the next to run
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert ran == [] and out.read_bytes() == before
+    assert summary["complete"] is False and summary["next_trial"]["arm"] == "eager"
+    fused = summary["arms"]["liger_fused"]
+    assert fused["longest_fit"] == 16384 and fused["shortest_miss"] == 32768
+    assert fused["miss_reason"].startswith("too slow to measure")
+    assert summary["arms"]["eager"]["shortest_miss"] is None
+
+
 def test_a_probed_fit_above_the_bisected_one_raises_that_arms_search(monkeypatch, tmp_path):
     import json
     import sys
@@ -619,3 +646,48 @@ def test_a_record_measured_in_another_setting_is_refused_before_any_trial_and_le
                                          "measured or written into it"):
         script.main()
     assert json.loads(breakdown.read_text())["eager"]["seq_len"] == 8192
+
+
+def test_every_gradient_check_is_kept_by_length_and_arms_and_one_covering_the_run_is_reused(monkeypatch, tmp_path):
+    import json
+    import sys
+
+    from ligerkit.proof.recommend import GradCheck
+
+    script = sweep_script("context_sweep_gpu_grads_kept")
+    timed_trials(script, monkeypatch)
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    calls: list[tuple[int, tuple[str, ...]]] = []
+
+    def checked(config, arms, reference, seq_len, extra, device):
+        calls.append((seq_len, tuple(arms)))
+        return {a: GradCheck(a, reference, True, "within bound", (), seq_len / 1e5)
+                for a in dict.fromkeys([reference, *arms])}
+
+    monkeypatch.setattr(script, "sweep_gradients", checked)
+    out = tmp_path / "sweep.jsonl"
+    grads = out.with_suffix(".grads.json")
+
+    def run(arms: str, length: int) -> dict:
+        monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", arms, "--start", "4096",
+                                          "--limit", "4096", "--grads", str(length)])
+        script.main()
+        return json.loads(out.with_suffix(".summary.json").read_text())["gradients"]
+
+    run("eager,liger_fused", 1024)
+    first = json.loads(grads.read_text())["checks"]
+    run("eager,liger_fused", 2048)  # another length: measured and added, the first check kept as it was
+    kept = json.loads(grads.read_text())["checks"]
+    assert len(calls) == 2 and kept[0] == first[0] and [c["seq_len"] for c in kept] == [1024, 2048]
+    said = run("eager", 1024)  # arms a kept check covers: reused, and only the run's arms are reported
+    assert len(calls) == 2 and said == {"seq_len": 1024, "arms": {"eager": kept[0]["arms"]["eager"]}}
+    run("eager,liger_fused+ckpt", 1024)  # an arm no check at this length has: a new check beside the others
+    assert len(calls) == 3 and len(json.loads(grads.read_text())["checks"]) == 3
+
+    # a file of one check, as written before checks were kept side by side, is read as one and kept on adding
+    old = {"seq_len": 512, "reference": "eager", "setting": {"device": "card A", "steps": 2}, "arms": kept[0]["arms"]}
+    grads.write_text(json.dumps(old))
+    run("eager,liger_fused", 512)
+    assert len(calls) == 3 and json.loads(grads.read_text()) == old
+    run("eager,liger_fused", 256)
+    assert len(calls) == 4 and json.loads(grads.read_text())["checks"][0] == old
