@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,6 +56,14 @@ from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_m
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fit
 from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
+
+
+def write_whole(path: Path, data: object) -> None:
+    """Write ``data`` as JSON to ``path`` whole or not at all (a file beside it, then a rename): an interrupt
+    leaves the gradient checks and breakdowns kept there as they were."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2))
+    os.replace(partial, path)
 
 
 def require_cuda() -> None:
@@ -216,7 +225,7 @@ def main() -> None:
                 raise SystemExit(f"context_sweep_gpu.py: {exc}") from exc
             entry = {"seq_len": args.grads, "reference": reference, "setting": setting,
                      "arms": {a: asdict(c) for a, c in found.items()}}
-            grads_file.write_text(json.dumps({"checks": [*entries, entry]}, indent=2))
+            write_whole(grads_file, {"checks": [*entries, entry]})
         checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])})
                   for arm, c in entry["arms"].items() if arm in wanted}
         for arm, check in checks.items():
@@ -279,12 +288,12 @@ def main() -> None:
             pass
     result = summary(trials, arms, reference)
     advice = recommendation(result, reference, checks)
-    out.with_suffix(".summary.json").write_text(json.dumps({
+    write_whole(out.with_suffix(".summary.json"), {
         "complete": done, "next_trial": waiting or None, "reference": reference, "arms": result,
         "settings": recorded_settings(trials),
         "recommendation": advice,
         "gradients": None if checks is None else {"seq_len": args.grads, "arms": {a: asdict(c) for a, c in checks.items()}},
-    }, indent=2))
+    })
     print(to_markdown(result, reference))
     print(advice)
     if done:
@@ -310,7 +319,7 @@ def main() -> None:
             refuse_another_setting(path, [row.get("setting") for row in measured.values()], here,
                                    "so no breakdown was measured or written into it")
             measured[arm] = {**breakdown(config, arm, longest, args.set), "setting": here}
-            path.write_text(json.dumps(measured, indent=2))
+            write_whole(path, measured)
         print(breakdown_markdown({arm: measured[arm] for arm in arms if arm in measured}))
 
 

@@ -691,3 +691,26 @@ def test_every_gradient_check_is_kept_by_length_and_arms_and_one_covering_the_ru
     assert len(calls) == 3 and json.loads(grads.read_text()) == old
     run("eager,liger_fused", 256)
     assert len(calls) == 4 and json.loads(grads.read_text())["checks"][0] == old
+
+
+def test_the_sweeps_kept_files_are_written_whole_or_not_at_all(monkeypatch, tmp_path):
+    import json
+    from pathlib import Path
+
+    script = sweep_script("context_sweep_gpu_whole")
+    kept = tmp_path / "sweep.grads.json"
+    kept.write_text('{"checks": []}')
+
+    def torn(self, text, *args, **kwargs):  # an interrupt halfway through the write
+        with open(self, "w") as f:
+            f.write(text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", torn)
+    with pytest.raises(KeyboardInterrupt):
+        script.write_whole(kept, {"checks": [{"seq_len": 1024}]})
+    assert kept.read_text() == '{"checks": []}'
+    monkeypatch.undo()
+    script.write_whole(kept, {"checks": [{"seq_len": 1024}]})
+    assert json.loads(kept.read_text()) == {"checks": [{"seq_len": 1024}]}
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # the torn write's piece is gone with the next
