@@ -190,6 +190,26 @@ def main() -> None:
         except (ValueError, TypeError) as exc:
             parser.error(f"{out}, line {number}, is not a trial of this sweep ({exc}); give --out a new file, or "
                          "the record an earlier run of this sweep wrote")
+    def kept_file(suffix: str, what: str, rows, fields: set[str]) -> dict:
+        """The ``suffix`` file an earlier run wrote beside ``--out`` (``{}`` when there is none): a JSON object
+        whose ``rows`` are objects with ``fields``; anything else is refused by name before any trial."""
+        path = out.with_suffix(suffix)
+        if not path.exists():
+            return {}
+        try:
+            kept = json.loads(path.read_text())
+            found = rows(kept) if isinstance(kept, dict) else None
+            if not isinstance(found, list) or not all(isinstance(r, dict) and fields <= r.keys() for r in found):
+                raise ValueError(f"not a JSON object of entries with {', '.join(sorted(fields))}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            parser.error(f"{path} is not the {what} an earlier run of this sweep wrote ({exc}); move it aside, or "
+                         "give --out a new file")
+        return kept
+
+    kept_checks = kept_file(".grads.json", "gradient checks", lambda k: k.get("checks", [k]),
+                            {"seq_len", "reference", "arms"}) if args.grads is not None else {}
+    kept_breakdowns = kept_file(".breakdown.json", "breakdowns", lambda k: list(k.values()),
+                                {"seq_len"}) if args.breakdown else {}
     probes = []
     for item in args.probe:
         arm, _, length = item.rpartition("=")
@@ -210,8 +230,7 @@ def main() -> None:
     checks = None
     if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
-        kept = json.loads(grads_file.read_text()) if grads_file.exists() else {}
-        entries = kept.get("checks", [kept] if kept else [])  # a file of one check (as written before) is one entry
+        entries = kept_checks.get("checks", [kept_checks] if kept_checks else [])  # a one-check file: one entry
         if entries:
             refuse_another_setting(grads_file, [e.get("setting") for e in entries], measured_here())
         wanted = {reference, *arms}
@@ -306,7 +325,7 @@ def main() -> None:
         print("stopped at the deadline: rerun the same command to continue")
     if args.breakdown and done:
         path = out.with_suffix(".breakdown.json")
-        measured = json.loads(path.read_text()) if path.exists() else {}
+        measured = kept_breakdowns
         for arm in arms:
             longest = result[arm]["longest_fit"]
             if longest is None or measured.get(arm, {}).get("seq_len") == longest:

@@ -426,6 +426,35 @@ def test_bad_sweep_arguments_are_refused_by_name_before_any_trial(monkeypatch, t
     assert said in capsys.readouterr().err and ran == []
 
 
+@pytest.mark.parametrize("suffix, content, option", [
+    (".grads.json", "not json", ["--grads", "1024"]),
+    (".grads.json", "[1, 2]", ["--grads", "1024"]),
+    (".grads.json", '{"seq_len": 1024}', ["--grads", "1024"]),
+    (".grads.json", '{"checks": [{"seq_len": 1024, "reference": "eager"}]}', ["--grads", "1024"]),
+    (".breakdown.json", '{"eager": 5}', ["--breakdown"]),
+    (".breakdown.json", '{"eager": {"peak_gib": 5}}', ["--breakdown"]),
+])
+def test_a_kept_check_or_breakdown_file_this_sweep_did_not_write_is_refused_by_name_and_left(monkeypatch, tmp_path,
+                                                                                           capsys, suffix, content,
+                                                                                           option):
+    import sys
+
+    script = sweep_script("context_sweep_gpu_kept_bad")
+    ran = timed_trials(script, monkeypatch)
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "sweep_gradients", lambda *a, **k: pytest.fail("a gradient check ran"))
+    out = tmp_path / "sweep.jsonl"
+    kept = out.with_suffix(suffix)
+    kept.write_text(content)
+    monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096",
+                                      "--limit", "4096", *option])
+    with pytest.raises(SystemExit):
+        script.main()
+    said = capsys.readouterr().err
+    assert f"{kept} is not the" in said and "an earlier run of this sweep wrote" in said and "move it aside" in said
+    assert ran == [] and kept.read_text() == content and not out.exists()
+
+
 def test_a_trial_off_a_cuda_gpu_is_refused_before_it_starts(monkeypatch):
     from pathlib import Path
 
