@@ -190,6 +190,7 @@ def main() -> None:
         except (ValueError, TypeError) as exc:
             parser.error(f"{out}, line {number}, is not a trial of this sweep ({exc}); give --out a new file, or "
                          "the record an earlier run of this sweep wrote")
+
     def kept_file(suffix: str, what: str, rows, fields: set[str]) -> dict:
         """The ``suffix`` file an earlier run wrote beside ``--out`` (``{}`` when there is none): a JSON object
         whose ``rows`` are objects with ``fields``; anything else is refused by name before any trial."""
@@ -206,7 +207,10 @@ def main() -> None:
                          "give --out a new file")
         return kept
 
-    kept_checks = kept_file(".grads.json", "gradient checks", lambda k: k.get("checks", [k]),
+    def check_entries(kept: dict) -> list:  # a file of one check, as written before checks were kept, is one entry
+        return kept.get("checks", [kept])
+
+    kept_checks = kept_file(".grads.json", "gradient checks", check_entries,
                             {"seq_len", "reference", "arms"}) if args.grads is not None else {}
     kept_breakdowns = kept_file(".breakdown.json", "breakdowns", lambda k: list(k.values()),
                                 {"seq_len"}) if args.breakdown else {}
@@ -230,7 +234,7 @@ def main() -> None:
     checks = None
     if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
-        entries = kept_checks.get("checks", [kept_checks] if kept_checks else [])  # a one-check file: one entry
+        entries = check_entries(kept_checks) if kept_checks else []
         if entries:
             refuse_another_setting(grads_file, [e.get("setting") for e in entries], measured_here())
         wanted = {reference, *arms}
