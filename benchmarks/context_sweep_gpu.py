@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ from pathlib import Path
 
 import torch
 
+from ligerkit import whole_files
 from ligerkit.errors import LigerKitError
 from ligerkit.proof.arm_runs import ArmFailedError, default_runner, resolve_config, summarize
 from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_markdown, check_search_range,
@@ -61,9 +61,7 @@ from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting
 def write_whole(path: Path, data: object) -> None:
     """Write ``data`` as JSON to ``path`` whole or not at all (a file beside it, then a rename): an interrupt
     leaves the gradient checks and breakdowns kept there as they were."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2))
-    os.replace(partial, path)
+    whole_files.write_whole(path, json.dumps(data, indent=2))
 
 
 def require_cuda() -> None:

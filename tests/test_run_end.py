@@ -139,7 +139,7 @@ def test_the_run_folder_records_where_each_run_ended(tmp_path, late):
               f"train.run.output_dir={failed}")
     record = status.read(failed)
     assert (record["state"], record["step"]) == ("failed", 0) and record["reason"].startswith("NonFiniteError")
-    assert not list(tmp_path.glob("*/.status.json.tmp"))  # written whole: a temporary file, then a rename
+    assert not list(tmp_path.glob("*/.status.json*.tmp"))  # written whole: a temporary file, then a rename
 
 
 KILLED = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -134,12 +135,12 @@ def test_other_errors_pass_through_and_a_wrapped_cause_is_found():
     assert "the disk is full" in str(storage_error(inner, "y")) and "--resume RUN_DIR" in str(storage_error(inner, "y"))
 
 
-@pytest.mark.parametrize("name, what", [("summary.json", "summary.json"), (".status.json.tmp", "the run's status")])
+@pytest.mark.parametrize("name, what", [("summary.json", "summary.json"), (".status.json.{pid}.tmp", "the run's status")])
 def test_a_full_disk_at_the_summary_or_the_status_is_a_storage_error_naming_it(name, what, tmp_path, monkeypatch):
     real_write = Path.write_text
 
     def full(self, *args, **kwargs):
-        if self.name == name:
+        if self.name == name.format(pid=os.getpid()):
             raise OSError(errno.ENOSPC, "No space left on device", str(self))
         return real_write(self, *args, **kwargs)
 

@@ -186,7 +186,7 @@ def test_a_broken_entry_is_ignored_recomputed_and_rewritten(cold, toy, detection
     assert len(detections) == 2 and V.COUNTS["rejected"] == 1
     assert json.loads(path.read_text()) == json.loads(good)  # rewritten
     assert _ask(toy, monkeypatch) == first and len(detections) == 2  # and read back
-    assert not list(cold.glob(".verdict-*"))  # no temporary file left
+    assert not list(cold.glob(".*.tmp"))  # no temporary file left
 
 
 def _tampered(stored):

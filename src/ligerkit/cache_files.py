@@ -3,7 +3,7 @@
 The families view (``ligerkit.cli.families_view``) and the checks' verdicts
 (``ligerkit.probe.verdict_cache``) keep JSON under ``$LIGERKIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/ligerkit``, else ``~/.cache/ligerkit``. A cache file is written whole or not at
-all (a temporary file beside it, then a rename); a folder that cannot be written is not an error,
+all (:func:`ligerkit.whole_files.write_whole`); a folder that cannot be written is not an error,
 since a cache only saves the work of computing again. A folder of many entries is kept to a size by
 removing the least recently used ones (:func:`prune`).
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from ligerkit.whole_files import write_whole
 
 CACHE_ENV = "LIGERKIT_CACHE_DIR"
 
@@ -27,18 +28,13 @@ def cache_root() -> Path:
     return Path(base) / "ligerkit"
 
 
-def write_json_atomically(path: Path, data: Any, prefix: str = ".cache-") -> bool:
+def write_json_atomically(path: Path, data: Any) -> bool:
     """Write ``data`` as JSON to ``path`` whole or not at all; ``False`` when the folder cannot be written."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=prefix, suffix=".tmp", delete=False) as tmp:
-            json.dump(data, tmp)
-        os.replace(tmp.name, path)
+        write_whole(path, json.dumps(data))
         return True
     except OSError:
-        if tmp is not None:
-            Path(tmp.name).unlink(missing_ok=True)
         return False
 
 

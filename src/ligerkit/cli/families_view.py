@@ -78,7 +78,7 @@ def registry_view() -> list[dict[str, Any]]:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     """Write the cache atomically; a folder that cannot be written is not an error (the view is live)."""
-    write_json_atomically(path, data, prefix=".families-")
+    write_json_atomically(path, data)
 
 
 def ligerkit_defaults(liger: dict[str, bool]) -> dict[str, bool]:

@@ -270,6 +270,6 @@ def cached(kind: str, key: Callable[[], Mapping[str, Any]], compute: Callable[[]
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     """Write atomically; a folder that cannot be written is not an error (the verdict was computed)."""
-    if write_json_atomically(path, data, prefix=".verdict-"):
+    if write_json_atomically(path, data):
         COUNTS["written"] += 1
         prune(path.parent, MAX_ENTRIES)

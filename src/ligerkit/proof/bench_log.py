@@ -26,6 +26,7 @@ from ligerkit.errors import LigerKitError, RecipeError
 from ligerkit.probe.verdict_cache import code_version, source_digest, versions
 from ligerkit.train.config.loading import raw_config
 from ligerkit.train.recipe.loading import recipe_root
+from ligerkit.whole_files import write_whole
 
 LOG_NAME = "bench_runs.jsonl"
 
@@ -71,19 +72,17 @@ class BenchLog:
             rows += [{"round": r, "arm": a, **outcome} for (r, a), outcome in self.done.items()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # written whole, then renamed: a line cut off by the stop is gone before anything is appended
-        partial = self.path.with_name(self.path.name + ".partial")
-        _write(partial, rows, "w")
-        os.replace(partial, self.path)
+        write_whole(self.path, "".join(json.dumps(row) + "\n" for row in rows), durable=True)
 
     def record(self, round_: int, arm: str, outcome: Mapping[str, Any]) -> None:
         """Keep one finished run (``{"summary": ...}`` or ``{"did_not_fit": ...}``; the float32 reference
         is ``arm="float32"``), flushed to disk before the bench goes on."""
         self.done[(round_, arm)] = dict(outcome)
-        _write(self.path, [{"round": round_, "arm": arm, **outcome}], "a")
+        _append(self.path, [{"round": round_, "arm": arm, **outcome}])
 
 
-def _write(path: Path, rows: list[dict[str, Any]], mode: str) -> None:
-    with path.open(mode) as f:
+def _append(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
         f.flush()

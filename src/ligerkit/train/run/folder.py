@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import platform
 import secrets
 import time
@@ -30,6 +29,7 @@ from ligerkit.errors import RunDirError
 from ligerkit.train.run.checkpoint import complete, read_meta
 from ligerkit.train.run.storage import storage_cause, storage_error, writing
 from ligerkit.train.config.run_files import CONFIG_FILE, METRICS_FILE
+from ligerkit.whole_files import write_whole
 
 MARKERS = (CONFIG_FILE, METRICS_FILE, "checkpoints")
 
@@ -163,10 +163,8 @@ def keep_metrics_through(path: Path, done: int, saved: list[dict[str, Any]] | No
         logging.getLogger("ligerkit.train").warning(
             "%s lacks the rows of steps %s, and the checkpoint it resumes from keeps none to write them again",
             file, ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else ""))
-    tmp = file.with_name(f".{METRICS_FILE}.tmp")
     with writing(f"the kept rows of {METRICS_FILE}", path):
-        tmp.write_text("".join(kept))
-        os.replace(tmp, file)
+        write_whole(file, "".join(kept))
     return len(kept)
 
 

@@ -38,6 +38,7 @@ from ligerkit.train.run.checkpoint import complete, load_weights, step_of, weigh
 from ligerkit.train.run.folder import WRITTEN_AT_START, RunDirError, open_run_dir
 from ligerkit.train.run import status
 from ligerkit.train.run.manifest import META
+from ligerkit.whole_files import write_whole
 
 log = logging.getLogger("ligerkit.train")
 
@@ -71,9 +72,7 @@ SAFE_TO_CHANGE: dict[str, str] = {
 
 def record(run: Path, config: dict[str, Any]) -> None:
     """Write ``run.json`` (the format and the resolved ``config``), whole or not at all."""
-    tmp = run / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps({"format": FORMAT, "config": config}, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, run / RECORD)
+    write_whole(run / RECORD, json.dumps({"format": FORMAT, "config": config}, indent=2, allow_nan=False) + "\n")
 
 
 def recorded(run: Path) -> dict[str, Any]:

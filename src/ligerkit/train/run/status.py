@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from ligerkit.errors import RunDirError, StoppedEarly
 from ligerkit.train.config.run_files import METRICS_FILE, STATUS_FILE
 from ligerkit.train.run.checkpoint import latest, step_of
 from ligerkit.train.run.storage import writing
+from ligerkit.whole_files import write_whole
 
 RUNNING, FINISHED, STOPPED, FAILED = "running", "finished", "stopped", "failed"
 STATES = (RUNNING, FINISHED, STOPPED, FAILED)
@@ -40,10 +40,8 @@ def write(run: Path, state: str, step: int, steps: int, reason: str | None = Non
     record = {"state": state, "step": step, "steps": steps, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if reason:
         record["reason"] = reason
-    tmp = run / f".{STATUS_FILE}.tmp"
     with writing(f"the run's status ({STATUS_FILE})", run):
-        tmp.write_text(json.dumps(record) + "\n")
-        os.replace(tmp, run / STATUS_FILE)
+        write_whole(run / STATUS_FILE, json.dumps(record) + "\n")
 
 
 def read(run: Path) -> dict[str, Any] | None:
