@@ -189,17 +189,19 @@ def main() -> None:
             parser.error(f"{out}, line {number}, is not a trial of this sweep ({exc}); give --out a new file, or "
                          "the record an earlier run of this sweep wrote")
 
-    def kept_file(suffix: str, what: str, rows, fields: set[str]) -> dict:
+    def kept_file(suffix: str, what: str, rows, fields: dict) -> dict:
         """The ``suffix`` file an earlier run wrote beside ``--out`` (``{}`` when there is none): a JSON object
-        whose ``rows`` are objects with ``fields``; anything else is refused by name before any trial."""
+        whose ``rows`` are objects with ``fields`` (each with a test of its value); anything else is refused
+        by name before any trial."""
         path = out.with_suffix(suffix)
         if not path.exists():
             return {}
         try:
             kept = json.loads(path.read_text())
             found = rows(kept) if isinstance(kept, dict) else None
-            if not isinstance(found, list) or not all(isinstance(r, dict) and fields <= r.keys() for r in found):
-                raise ValueError(f"not a JSON object of entries with {', '.join(sorted(fields))}")
+            if not isinstance(found, list) or not all(isinstance(r, dict) and all(k in r and ok(r[k]) for k, ok
+                                                                                   in fields.items()) for r in found):
+                raise ValueError(f"not a JSON object of entries with {', '.join(sorted(fields))}, each of its kind")
         except (ValueError, UnicodeDecodeError) as exc:
             parser.error(f"{path} is not the {what} an earlier run of this sweep wrote ({exc}); move it aside, or "
                          "give --out a new file")
@@ -208,10 +210,20 @@ def main() -> None:
     def check_entries(kept: dict) -> list:  # a file of one check, as written before checks were kept, is one entry
         return kept.get("checks", [kept])
 
+    def a_length(value) -> bool:
+        return type(value) is int and value > 0
+
+    def arm_checks(value) -> bool:  # each arm's GradCheck, as asdict wrote it
+        needed = {"arm": str, "reference": str, "passed": bool, "reason": str, "failures": list,
+                  "max_error": (int, float)}
+        return isinstance(value, dict) and all(isinstance(c, dict) and all(isinstance(c.get(k), t) for k, t
+                                                                          in needed.items()) for c in value.values())
+
     kept_checks = kept_file(".grads.json", "gradient checks", check_entries,
-                            {"seq_len", "reference", "arms"}) if args.grads is not None else {}
+                            {"seq_len": a_length, "reference": lambda v: isinstance(v, str), "arms": arm_checks}
+                            ) if args.grads is not None else {}
     kept_breakdowns = kept_file(".breakdown.json", "breakdowns", lambda k: list(k.values()),
-                                {"seq_len"}) if args.breakdown else {}
+                                {"seq_len": a_length}) if args.breakdown else {}
     probes = []
     for item in args.probe:
         arm, _, length = item.rpartition("=")

@@ -431,6 +431,10 @@ def test_bad_sweep_arguments_are_refused_by_name_before_any_trial(monkeypatch, t
     (".grads.json", "[1, 2]", ["--grads", "1024"]),
     (".grads.json", '{"seq_len": 1024}', ["--grads", "1024"]),
     (".grads.json", '{"checks": [{"seq_len": 1024, "reference": "eager"}]}', ["--grads", "1024"]),
+    (".grads.json", '{"checks": [{"seq_len": "1024", "reference": "eager", "arms": {}}]}', ["--grads", "1024"]),
+    (".grads.json", '{"checks": [{"seq_len": 1024, "reference": "eager", "arms": {"eager": {"arm": "eager"}}}]}',
+     ["--grads", "1024"]),
+    (".breakdown.json", '{"eager": {"seq_len": -4096}}', ["--breakdown"]),
     (".breakdown.json", '{"eager": 5}', ["--breakdown"]),
     (".breakdown.json", '{"eager": {"peak_gib": 5}}', ["--breakdown"]),
 ])
