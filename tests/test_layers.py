@@ -15,7 +15,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "ligerkit"
 
 LAYERS = {
-    "ligerkit": 0, "ligerkit.errors": 0, "ligerkit.cache_files": 0, "ligerkit.whole_files": 0, "ligerkit.environment": 0, "ligerkit.naming": 0,
+    "ligerkit": 0, "ligerkit.errors": 0, "ligerkit.cache_files": 0, "ligerkit.whole_files": 0,
+    "ligerkit.environment": 0, "ligerkit.naming": 0,
     "ligerkit.hf": 1, "ligerkit.sizes": 1, "ligerkit.shrink": 1,
     "ligerkit.probe": 2, "ligerkit.compile": 2,
     "ligerkit.kit": 3,

@@ -135,7 +135,8 @@ def test_other_errors_pass_through_and_a_wrapped_cause_is_found():
     assert "the disk is full" in str(storage_error(inner, "y")) and "--resume RUN_DIR" in str(storage_error(inner, "y"))
 
 
-@pytest.mark.parametrize("name, what", [("summary.json", "summary.json"), (".status.json.{pid}.tmp", "the run's status")])
+@pytest.mark.parametrize("name, what", [("summary.json", "summary.json"),
+                                        (".status.json.{pid}.tmp", "the run's status")])
 def test_a_full_disk_at_the_summary_or_the_status_is_a_storage_error_naming_it(name, what, tmp_path, monkeypatch):
     real_write = Path.write_text
 
