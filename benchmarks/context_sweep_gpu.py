@@ -58,7 +58,7 @@ from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fi
 from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
 
 
-def write_whole(path: Path, data: object) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write ``data`` as JSON to ``path`` whole or not at all (a file beside it, then a rename): an interrupt
     leaves the gradient checks and breakdowns kept there as they were."""
     whole_files.write_whole(path, json.dumps(data, indent=2))
@@ -258,7 +258,7 @@ def main() -> None:
                 raise SystemExit(f"context_sweep_gpu.py: {exc}") from exc
             entry = {"seq_len": args.grads, "reference": reference, "setting": setting,
                      "arms": {a: asdict(c) for a, c in found.items()}}
-            write_whole(grads_file, {"checks": [*entries, entry]})
+            write_json(grads_file, {"checks": [*entries, entry]})
         checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])})
                   for arm, c in entry["arms"].items() if arm in wanted}
         for arm, check in checks.items():
@@ -321,7 +321,7 @@ def main() -> None:
             pass
     result = summary(trials, arms, reference)
     advice = recommendation(result, reference, checks)
-    write_whole(out.with_suffix(".summary.json"), {
+    write_json(out.with_suffix(".summary.json"), {
         "complete": done, "next_trial": waiting or None, "reference": reference, "arms": result,
         "settings": recorded_settings(trials),
         "recommendation": advice,
@@ -352,7 +352,7 @@ def main() -> None:
             refuse_another_setting(path, [row.get("setting") for row in measured.values()], here,
                                    "so no breakdown was measured or written into it")
             measured[arm] = {**breakdown(config, arm, longest, args.set), "setting": here}
-            write_whole(path, measured)
+            write_json(path, measured)
         print(breakdown_markdown({arm: measured[arm] for arm in arms if arm in measured}))
 
 

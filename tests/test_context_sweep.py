@@ -741,9 +741,9 @@ def test_the_sweeps_kept_files_are_written_whole_or_not_at_all(monkeypatch, tmp_
 
     monkeypatch.setattr(Path, "write_text", torn)
     with pytest.raises(KeyboardInterrupt):
-        script.write_whole(kept, {"checks": [{"seq_len": 1024}]})
+        script.write_json(kept, {"checks": [{"seq_len": 1024}]})
     assert kept.read_text() == '{"checks": []}'
     monkeypatch.undo()
-    script.write_whole(kept, {"checks": [{"seq_len": 1024}]})
+    script.write_json(kept, {"checks": [{"seq_len": 1024}]})
     assert json.loads(kept.read_text()) == {"checks": [{"seq_len": 1024}]}
     assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # the torn write's piece is gone with the next
