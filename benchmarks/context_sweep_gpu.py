@@ -22,7 +22,9 @@ from the record's refuses to add to it, before its first trial, naming what diff
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation);
 the ``.grads.json`` beside ``--out`` keeps every check run, by length, reference and arms: a run whose arms
-one of them covers reuses it, any other adds its own.
+one of them covers reuses it, any other adds its own. Without ``--grads``, the summary and the
+recommendation take the newest kept check that covers the run's arms and was measured in the record's
+setting (read, never measured), else none.
 With ``--breakdown``, a complete search also says where each arm's memory goes at its longest length
 (``benchmarks/memory_gpu.py --saved``: weights, states, what the forward keeps by kind of module, the
 peak).
@@ -220,8 +222,7 @@ def main() -> None:
                                                                           in needed.items()) for c in value.values())
 
     kept_checks = kept_file(".grads.json", "gradient checks", check_entries,
-                            {"seq_len": a_length, "reference": lambda v: isinstance(v, str), "arms": arm_checks}
-                            ) if args.grads is not None else {}
+                            {"seq_len": a_length, "reference": lambda v: isinstance(v, str), "arms": arm_checks})
     kept_breakdowns = kept_file(".breakdown.json", "breakdowns", lambda k: list(k.values()),
                                 {"seq_len": a_length}) if args.breakdown else {}
     probes = []
@@ -241,13 +242,16 @@ def main() -> None:
             refuse_another_setting(out, [t.setting for t in trials], setting)
         return setting
 
-    checks = None
-    if args.grads is not None:
+    entries = check_entries(kept_checks) if kept_checks else []
+    wanted = {reference, *arms}
+    if args.grads is None:  # the newest kept check of these arms in the record's setting: read, never measured
+        entry = next((e for e in reversed(entries) if e.get("reference") == reference and wanted <= set(e["arms"])
+                      and (e.get("setting") is None or not setting_conflict([t.setting for t in trials],
+                                                                               e["setting"]))), None)
+    else:
         grads_file = out.with_suffix(".grads.json")
-        entries = check_entries(kept_checks) if kept_checks else []
         if entries:
             refuse_another_setting(grads_file, [e.get("setting") for e in entries], measured_here())
-        wanted = {reference, *arms}
         entry = next((e for e in reversed(entries) if e.get("seq_len") == args.grads
                       and e.get("reference") == reference and wanted <= set(e.get("arms", {}))), None)
         if entry is None:  # measured and added beside the earlier checks, none of which is overwritten
@@ -259,11 +263,12 @@ def main() -> None:
             entry = {"seq_len": args.grads, "reference": reference, "setting": setting,
                      "arms": {a: asdict(c) for a, c in found.items()}}
             write_json(grads_file, {"checks": [*entries, entry]})
-        checks = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])})
-                  for arm, c in entry["arms"].items() if arm in wanted}
-        for arm, check in checks.items():
-            print(f"step-1 gradients at {args.grads:,} tokens, {arm}: {'PASS' if check.passed else 'FAIL'} "
-                  f"({check.reason}; worst {check.max_error:.3g})", flush=True)
+    checks = None if entry is None else {arm: GradCheck(**{**c, "failures": tuple(c["failures"])})
+                                         for arm, c in entry["arms"].items() if arm in wanted}
+    for arm, check in (checks or {}).items():
+        print(f"{'kept: ' if args.grads is None else ''}step-1 gradients at {entry['seq_len']:,} tokens, {arm}: "
+              f"{'PASS' if check.passed else 'FAIL'} "
+              f"({check.reason}; worst {check.max_error:.3g})", flush=True)
 
     def record(trial: Trial, seconds: float) -> None:
         trials.append(trial)
@@ -325,7 +330,8 @@ def main() -> None:
         "complete": done, "next_trial": waiting or None, "reference": reference, "arms": result,
         "settings": recorded_settings(trials),
         "recommendation": advice,
-        "gradients": None if checks is None else {"seq_len": args.grads, "arms": {a: asdict(c) for a, c in checks.items()}},
+        "gradients": None if checks is None else {"seq_len": entry["seq_len"],
+                                                  "arms": {a: asdict(c) for a, c in checks.items()}},
     })
     print(to_markdown(result, reference))
     print(advice)

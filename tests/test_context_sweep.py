@@ -428,6 +428,7 @@ def test_bad_sweep_arguments_are_refused_by_name_before_any_trial(monkeypatch, t
 
 @pytest.mark.parametrize("suffix, content, option", [
     (".grads.json", "not json", ["--grads", "1024"]),
+    (".grads.json", "not json", []),  # read without --grads too: the summary reports a kept check
     (".grads.json", "[1, 2]", ["--grads", "1024"]),
     (".grads.json", '{"seq_len": 1024}', ["--grads", "1024"]),
     (".grads.json", '{"checks": [{"seq_len": 1024, "reference": "eager"}]}', ["--grads", "1024"]),
@@ -724,6 +725,53 @@ def test_every_gradient_check_is_kept_by_length_and_arms_and_one_covering_the_ru
     assert len(calls) == 3 and json.loads(grads.read_text()) == old
     run("eager,liger_fused", 256)
     assert len(calls) == 4 and json.loads(grads.read_text())["checks"][0] == old
+
+
+def test_a_run_without_grads_reports_the_newest_kept_check_of_its_arms_measured_in_the_records_setting(
+        monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    from ligerkit.proof.recommend import GradCheck
+
+    script = sweep_script("context_sweep_gpu_grads_read")
+    ran = timed_trials(script, monkeypatch)
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    measured: list[int] = []
+
+    def checked(config, arms, reference, seq_len, extra, device):
+        measured.append(seq_len)
+        return {a: GradCheck(a, reference, a != "liger", "within bound" if a != "liger" else "over the bound",
+                             () if a != "liger" else ("w",), seq_len / 1e5) for a in dict.fromkeys([reference, *arms])}
+
+    monkeypatch.setattr(script, "sweep_gradients", checked)
+    out = tmp_path / "sweep.jsonl"
+
+    def run(arms: str, *extra: str) -> dict:
+        monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", arms, "--start",
+                                          "4096", "--limit", "8192", *extra])
+        script.main()
+        return json.loads(out.with_suffix(".summary.json").read_text())
+
+    assert run("eager,liger,liger_fused")["gradients"] is None  # nothing kept: none reported, none measured
+    run("eager,liger,liger_fused", "--grads", "1024")
+    run("eager,liger_fused", "--grads", "2048")
+    kept = json.loads(out.with_suffix(".grads.json").read_text())["checks"]
+    capsys.readouterr()
+    summary = run("eager,liger_fused")  # the newest check covering the arms, read: nothing measured or rewritten
+    assert measured == [1024, 2048] and json.loads(out.with_suffix(".grads.json").read_text())["checks"] == kept
+    assert summary["gradients"] == {"seq_len": 2048, "arms": {a: kept[1]["arms"][a] for a in ("eager", "liger_fused")}}
+    assert "kept: step-1 gradients at 2,048 tokens, liger_fused: PASS" in capsys.readouterr().out
+    summary = run("eager,liger,liger_fused")  # only the first check covers liger, and it failed there
+    assert summary["gradients"]["seq_len"] == 1024 and not summary["gradients"]["arms"]["liger"]["passed"]
+    assert "left out: liger (step-1 gradients: over the bound)" in summary["recommendation"]
+
+    # a check kept from another setting than the record's trials is not the record's: not reported
+    settings = {json.dumps(json.loads(line)["setting"]) for line in out.read_text().splitlines()}
+    assert settings == {json.dumps({"device": "card A", "steps": 2})} and ran
+    other = [{**c, "setting": {"device": "card B", "steps": 2}} for c in kept]
+    out.with_suffix(".grads.json").write_text(json.dumps({"checks": other}))
+    assert run("eager,liger_fused")["gradients"] is None
 
 
 def test_the_sweeps_kept_files_are_written_whole_or_not_at_all(monkeypatch, tmp_path):
