@@ -244,11 +244,18 @@ def main() -> None:
 
     entries = check_entries(kept_checks) if kept_checks else []
     wanted = {reference, *arms}
-    if args.grads is None:  # the newest kept check of these arms in the record's setting: read, never measured
-        entry = next((e for e in reversed(entries) if e.get("reference") == reference and wanted <= set(e["arms"])
-                      and (e.get("setting") is None or not setting_conflict([t.setting for t in trials],
-                                                                               e["setting"]))), None)
-    else:
+    checks, entry = None, None
+
+    def said(kept: dict) -> dict:
+        """The run's arms' checks in ``kept`` (one check), each printed."""
+        found = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in kept["arms"].items()
+                 if arm in wanted}
+        for arm, check in found.items():
+            print(f"{'kept: ' if args.grads is None else ''}step-1 gradients at {kept['seq_len']:,} tokens, {arm}: "
+                  f"{'PASS' if check.passed else 'FAIL'} ({check.reason}; worst {check.max_error:.3g})", flush=True)
+        return found
+
+    if args.grads is not None:
         grads_file = out.with_suffix(".grads.json")
         if entries:
             refuse_another_setting(grads_file, [e.get("setting") for e in entries], measured_here())
@@ -263,12 +270,7 @@ def main() -> None:
             entry = {"seq_len": args.grads, "reference": reference, "setting": setting,
                      "arms": {a: asdict(c) for a, c in found.items()}}
             write_json(grads_file, {"checks": [*entries, entry]})
-    checks = None if entry is None else {arm: GradCheck(**{**c, "failures": tuple(c["failures"])})
-                                         for arm, c in entry["arms"].items() if arm in wanted}
-    for arm, check in (checks or {}).items():
-        print(f"{'kept: ' if args.grads is None else ''}step-1 gradients at {entry['seq_len']:,} tokens, {arm}: "
-              f"{'PASS' if check.passed else 'FAIL'} "
-              f"({check.reason}; worst {check.max_error:.3g})", flush=True)
+        checks = said(entry)
 
     def record(trial: Trial, seconds: float) -> None:
         trials.append(trial)
@@ -324,6 +326,11 @@ def main() -> None:
         while (length := next_length([t for t in trials if t.arm == arm], args.start, args.limit,
                                      args.precision)) is not None and too_slow(arm, length, True):
             pass
+    if args.grads is None:  # the newest kept check of these arms in the whole record's setting: read, not measured
+        entry = next((e for e in reversed(entries) if e.get("reference") == reference and wanted <= set(e["arms"])
+                      and (e.get("setting") is None or not setting_conflict([t.setting for t in trials],
+                                                                               e["setting"]))), None)
+        checks = said(entry) if entry is not None else None
     result = summary(trials, arms, reference)
     advice = recommendation(result, reference, checks)
     write_json(out.with_suffix(".summary.json"), {

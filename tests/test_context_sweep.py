@@ -772,6 +772,10 @@ def test_a_run_without_grads_reports_the_newest_kept_check_of_its_arms_measured_
     other = [{**c, "setting": {"device": "card B", "steps": 2}} for c in kept]
     out.with_suffix(".grads.json").write_text(json.dumps({"checks": other}))
     assert run("eager,liger_fused")["gradients"] is None
+    # ... also when the record was empty before this run measured its trials in its own setting
+    out = tmp_path / "fresh.jsonl"
+    out.with_suffix(".grads.json").write_text(json.dumps({"checks": other}))
+    assert run("eager,liger_fused")["gradients"] is None and out.read_text()
 
 
 def test_the_sweeps_kept_files_are_written_whole_or_not_at_all(monkeypatch, tmp_path):
