@@ -246,6 +246,9 @@ def main() -> None:
     wanted = {reference, *arms}
     checks, entry = None, None
 
+    def covers(kept: dict) -> bool:  # a check of this run's reference and every one of its arms
+        return kept.get("reference") == reference and wanted <= set(kept["arms"])
+
     def said(kept: dict) -> dict:
         """The run's arms' checks in ``kept`` (one check), each printed."""
         found = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in kept["arms"].items()
@@ -259,8 +262,7 @@ def main() -> None:
         grads_file = out.with_suffix(".grads.json")
         if entries:
             refuse_another_setting(grads_file, [e.get("setting") for e in entries], measured_here())
-        entry = next((e for e in reversed(entries) if e.get("seq_len") == args.grads
-                      and e.get("reference") == reference and wanted <= set(e.get("arms", {}))), None)
+        entry = next((e for e in reversed(entries) if e.get("seq_len") == args.grads and covers(e)), None)
         if entry is None:  # measured and added beside the earlier checks, none of which is overwritten
             measured_here()
             try:
@@ -327,9 +329,8 @@ def main() -> None:
                                      args.precision)) is not None and too_slow(arm, length, True):
             pass
     if args.grads is None:  # the newest kept check of these arms in the whole record's setting: read, not measured
-        entry = next((e for e in reversed(entries) if e.get("reference") == reference and wanted <= set(e["arms"])
-                      and (e.get("setting") is None or not setting_conflict([t.setting for t in trials],
-                                                                               e["setting"]))), None)
+        entry = next((e for e in reversed(entries) if covers(e) and (
+            e.get("setting") is None or not setting_conflict([t.setting for t in trials], e["setting"]))), None)
         checks = said(entry) if entry is not None else None
     result = summary(trials, arms, reference)
     advice = recommendation(result, reference, checks)
