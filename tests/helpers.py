@@ -38,11 +38,14 @@ class GradCapture:
 
 
 def torchrun_train(config: Path, sets: Sequence[str], cwd: Path, port: int, nproc: int = 2,
-                   resume: Path | None = None, json_out: bool = False) -> subprocess.CompletedProcess:
+                   resume: Path | None = None, json_out: bool = False,
+                   script: Path | None = None) -> subprocess.CompletedProcess:
     """``torchrun --nproc-per-node NPROC -m ligerkit train CONFIG --set ...`` on the CPU (gloo), one
-    thread per process, from ``cwd``; ``resume`` continues that run folder, ``json_out`` adds ``--json``."""
+    thread per process, from ``cwd``; ``resume`` continues that run folder, ``json_out`` adds ``--json``;
+    ``script`` runs in place of ``-m ligerkit`` (a script that calls ``ligerkit.cli.main``)."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), f"--nproc-per-node={nproc}", f"--master-port={port}", "-m", "ligerkit", "train", str(config)]
+    entry = [str(script)] if script is not None else ["-m", "ligerkit"]
+    cmd = [str(torchrun), f"--nproc-per-node={nproc}", f"--master-port={port}", *entry, "train", str(config)]
     cmd += ["--json"] if json_out else []
     for item in sets:
         cmd += ["--set", item]

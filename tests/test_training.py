@@ -121,6 +121,35 @@ def test_fsdp2_on_two_cpu_processes_matches_one_process_with_accumulation(tmp_pa
     assert losses[1] == pytest.approx(losses[2], rel=1e-5)
 
 
+EXIT_PROBE = """
+import atexit, gc, os, sys
+
+def count_sharded_modules():  # registered first, so it runs after ligerkit's own exit handler
+    from torch.distributed.fsdp import FSDPModule
+    alive = sum(isinstance(obj, FSDPModule) for obj in gc.get_objects())
+    print(f"rank {os.environ['RANK']}: {alive} sharded modules left to the interpreter's shutdown", file=sys.stderr)
+
+atexit.register(count_sharded_modules)
+sys.argv[0] = "ligerkit"
+from ligerkit.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("stop", [False, True], ids=["finished", "stopped"])
+def test_a_two_rank_run_leaves_no_sharded_model_to_the_interpreters_shutdown(tmp_path, stop):
+    """Freed there, a sharded model can abort a rank that trained well ("terminate called without an active
+    exception"): a finished run frees it before the group goes, a stopped one (its traceback kept it) at exit."""
+    script = tmp_path / "probe.py"
+    script.write_text(EXIT_PROBE)
+    sets = ["train.steps=3", *(["train.run.stop_after_steps=2"] if stop else [])]
+    proc = torchrun_train(QWEN3_CPU, sets, tmp_path, 29581 + stop, script=script)
+    assert proc.returncode == (1 if stop else 0), proc.stderr[-3000:]
+    assert proc.stderr.count("stopped after step 2") == (2 if stop else 0)
+    for rank in (0, 1):
+        assert f"rank {rank}: 0 sharded modules left" in proc.stderr, proc.stderr[-3000:]
+
+
 def test_pretrained_source_loads_a_local_checkpoint_and_logs_jsonl(tmp_path):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 

@@ -6,6 +6,8 @@ micro-batch of the optimizer step and all-reduced over ranks before any backward
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 from dataclasses import dataclass
 
@@ -46,6 +48,7 @@ def init(env: DistEnv, device: torch.device) -> None:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        atexit.register(gc.collect)  # after a failure too: see shutdown
 
 
 def all_reduce_sum(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
@@ -71,8 +74,15 @@ def shutdown(env: DistEnv, barrier: bool = True) -> None:
 
     Without the barrier a rank that finishes first can tear gloo down under another (abort at
     exit). After a failure there is no barrier: the other ranks may never reach it.
+
+    A sharded model is a web of reference cycles that outlives the run until the garbage collector
+    runs; left to the interpreter's own shutdown, freeing it there can abort the process
+    ("terminate called without an active exception") after a run that succeeded. So it is
+    collected here, while the group is alive, and once more at exit (``init`` registers it) for
+    what a failure's traceback kept.
     """
     if env.distributed and dist.is_initialized():
+        gc.collect()
         if barrier:
             dist.barrier()
         dist.destroy_process_group()
