@@ -20,6 +20,20 @@ def _watched_owners() -> list[object]:
     return owners_of(modules)
 
 
+def _one_thread_per_worker_when_the_workers_fill_the_cores() -> None:
+    """Under xdist with as many workers as cores (CI: 2 of each), each worker's torch (and every process
+    a test starts, through ``OMP_NUM_THREADS``) computes on one thread: more would only contend."""
+    import os
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and workers >= (os.cpu_count() or 1):
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
+
+
+_one_thread_per_worker_when_the_workers_fill_the_cores()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _runs_in_a_temporary_folder(tmp_path_factory):
     """Default run folders of every test (and of the processes tests start) go to a temporary folder."""
