@@ -139,7 +139,7 @@ main()
 @pytest.mark.parametrize("stop", [False, True], ids=["finished", "stopped"])
 def test_a_two_rank_run_leaves_no_sharded_model_to_the_interpreters_shutdown(tmp_path, stop):
     """Freed there, a sharded model can abort a rank that trained well ("terminate called without an active
-    exception"): a finished run frees it before the group goes, a stopped one (its traceback kept it) at exit."""
+    exception"): after a finished run and after a stopped one (its traceback kept the model) none is left."""
     script = tmp_path / "probe.py"
     script.write_text(EXIT_PROBE)
     sets = ["train.steps=3", *(["train.run.stop_after_steps=2"] if stop else [])]
