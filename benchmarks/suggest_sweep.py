@@ -15,7 +15,8 @@ The sweep runs in parts and resumes: a module already in the output file is skip
 stops starting modules once that much wall time has passed (modules still running then get
 ``--grace`` more seconds; one killed by that limit is not recorded, so the next call runs it again),
 ``--limit`` stops after that many new modules, ``--only`` picks families or modules, ``--jobs`` runs
-several subprocesses at once. Rerun the same command until it prints ``sweep complete``.
+several subprocesses at once (each with its share of the cores as ``OMP_NUM_THREADS``, unless that is set).
+Rerun the same command until it prints ``sweep complete``.
 
 On the CPU (about 7 s a module, ~500 modules; a sweep of another checkout: ``PYTHONPATH=/that/src``,
 the subprocesses inherit it; ``--dry-run`` lists the modules it would run)::
@@ -63,7 +64,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -294,6 +295,16 @@ class Options:
     gpu: bool = False
     timeout: float = 300.0
     python: str = sys.executable
+    threads: int | None = None  # each subprocess's OMP_NUM_THREADS (None: the environment's, inherited)
+
+
+def threads_per_job(jobs: int, environ: Mapping[str, str] = os.environ, cores: int | None = None) -> int | None:
+    """Each subprocess's share of the cores when ``jobs`` run at once (torch takes every core's thread by
+    default, so N subprocesses would contend for them), or ``None`` for one job or an ``OMP_NUM_THREADS``
+    the caller set (theirs, inherited)."""
+    if jobs <= 1 or environ.get("OMP_NUM_THREADS"):
+        return None
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
 
 
 def command(target: Target, options: Options) -> list[str]:
@@ -314,8 +325,9 @@ def run_module(target: Target, options: Options, hard_stop: float | None, tops: 
         if limit <= 0:
             return None
     start = time.monotonic()
+    env = None if options.threads is None else {**os.environ, "OMP_NUM_THREADS": str(options.threads)}
     proc = subprocess.Popen(command(target, options), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, env=env)
     timed_out = False
     try:
         stdout, stderr = proc.communicate(timeout=limit)
@@ -397,7 +409,8 @@ def sweep(targets: Sequence[Target], out: Path, options: Options, *, jobs: int =
     todo = [t for t in targets if t.module not in done]
     result = SweepResult()
     print(f"sweep: {len(targets)} selected, {len(targets) - len(todo)} already in {out}, {len(todo)} to run"
-          f" (jobs {jobs}, timeout {options.timeout:g} s"
+          f" (jobs {jobs}" + (f" of {options.threads} thread(s) each" if options.threads else "")
+          + f", timeout {options.timeout:g} s"
           + (f", deadline {deadline:g} s + grace {grace:g} s" if deadline is not None else "") + ")",
           file=log, flush=True)
     finished: set[str] = set()
@@ -768,7 +781,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="seconds after --deadline before modules in flight are killed and left for the next "
                              "call (default 60)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per module (default 300)")
-    parser.add_argument("--jobs", type=int, default=1, help="parallel suggest subprocesses (default 1)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="parallel suggest subprocesses (default 1); each gets OMP_NUM_THREADS = cores / jobs "
+                             "unless OMP_NUM_THREADS is set")
     parser.add_argument("--resume-from", type=Path, help="an earlier call's output: its lines are copied into --out first")
     parser.add_argument("--retry-timeouts", action="store_true", help="run modules whose last line timed out again")
     parser.add_argument("--dry-run", action="store_true", help="list the modules a sweep would run, run nothing")
@@ -802,7 +817,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resume_from is not None:
         copied = resume_from(args.resume_from, args.out)
         print(f"resume: {copied} line(s) copied from {args.resume_from} into {args.out}", file=sys.stderr, flush=True)
-    options = Options(gpu=args.gpu, timeout=args.timeout)
+    options = Options(gpu=args.gpu, timeout=args.timeout, threads=threads_per_job(args.jobs))
     sweep(targets, args.out, options, jobs=args.jobs, limit=args.limit, deadline=args.deadline, grace=args.grace,
           retry_timeouts=args.retry_timeouts)
     return 0

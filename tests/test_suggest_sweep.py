@@ -215,6 +215,19 @@ def test_failed_command_keeps_the_stderr_tail(tmp_path: Path) -> None:
     assert "nothing to probe" in record["stderr_tail"] and sw.outcome(record) == "error: SuggestError"
 
 
+
+def test_parallel_jobs_share_the_cores_unless_the_caller_set_the_threads(tmp_path: Path) -> None:
+    assert sw.threads_per_job(4, {}, cores=16) == 4
+    assert sw.threads_per_job(3, {}, cores=2) == 1
+    assert sw.threads_per_job(1, {}, cores=16) is None  # one job: torch's own default
+    assert sw.threads_per_job(4, {"OMP_NUM_THREADS": "2"}, cores=16) is None  # the caller's, inherited
+    echo = tmp_path / "echo_threads"
+    echo.write_text('#!/bin/sh\necho "{\\"threads\\": \\"$OMP_NUM_THREADS\\"}"\n')
+    echo.chmod(0o755)
+    record = sw.run_module(sw.Target(QWEN3, "qwen3"), sw.Options(python=str(echo), threads=3), None, [])
+    assert record is not None and record["json"] == {"threads": "3"}
+
+
 # ---------------------------------------------------------------- classification and summary
 
 
