@@ -58,6 +58,7 @@ from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_m
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fit
 from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
+from ligerkit.proof.sweep_record import SweepRecordError, read_breakdowns, read_grad_checks, read_trials
 
 
 def write_json(path: Path, data: object) -> None:
@@ -181,50 +182,12 @@ def main() -> None:
     if reference not in arms:
         parser.error(f"--reference takes one of --arms ({', '.join(arms)}), got {reference!r}")
     out = Path(args.out)
-    trials = []
-    for number, line in enumerate(out.read_text().splitlines() if out.exists() else [], 1):
-        if not line.strip():
-            continue
-        try:
-            trials.append(Trial(**json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            parser.error(f"{out}, line {number}, is not a trial of this sweep ({exc}); give --out a new file, or "
-                         "the record an earlier run of this sweep wrote")
-
-    def kept_file(suffix: str, what: str, rows, fields: dict) -> dict:
-        """The ``suffix`` file an earlier run wrote beside ``--out`` (``{}`` when there is none): a JSON object
-        whose ``rows`` are objects with ``fields`` (each with a test of its value); anything else is refused
-        by name before any trial."""
-        path = out.with_suffix(suffix)
-        if not path.exists():
-            return {}
-        try:
-            kept = json.loads(path.read_text())
-            found = rows(kept) if isinstance(kept, dict) else None
-            if not isinstance(found, list) or not all(isinstance(r, dict) and all(k in r and ok(r[k]) for k, ok
-                                                                                   in fields.items()) for r in found):
-                raise ValueError(f"not a JSON object of entries with {', '.join(sorted(fields))}, each of its kind")
-        except (ValueError, UnicodeDecodeError) as exc:
-            parser.error(f"{path} is not the {what} an earlier run of this sweep wrote ({exc}); move it aside, or "
-                         "give --out a new file")
-        return kept
-
-    def check_entries(kept: dict) -> list:  # a file of one check, as written before checks were kept, is one entry
-        return kept.get("checks", [kept])
-
-    def a_length(value) -> bool:
-        return type(value) is int and value > 0
-
-    def arm_checks(value) -> bool:  # each arm's GradCheck, as asdict wrote it
-        needed = {"arm": str, "reference": str, "passed": bool, "reason": str, "failures": list,
-                  "max_error": (int, float)}
-        return isinstance(value, dict) and all(isinstance(c, dict) and all(isinstance(c.get(k), t) for k, t
-                                                                          in needed.items()) for c in value.values())
-
-    kept_checks = kept_file(".grads.json", "gradient checks", check_entries,
-                            {"seq_len": a_length, "reference": lambda v: isinstance(v, str), "arms": arm_checks})
-    kept_breakdowns = kept_file(".breakdown.json", "breakdowns", lambda k: list(k.values()),
-                                {"seq_len": a_length}) if args.breakdown else {}
+    try:  # an earlier run's record, refused before any trial when it is not one
+        trials = read_trials(out)
+        entries = read_grad_checks(out.with_suffix(".grads.json"))
+        kept_breakdowns = read_breakdowns(out.with_suffix(".breakdown.json")) if args.breakdown else {}
+    except SweepRecordError as exc:
+        parser.error(str(exc))
     probes = []
     for item in args.probe:
         arm, _, length = item.rpartition("=")
@@ -242,7 +205,6 @@ def main() -> None:
             refuse_another_setting(out, [t.setting for t in trials], setting)
         return setting
 
-    entries = check_entries(kept_checks) if kept_checks else []
     wanted = {reference, *arms}
     checks, entry = None, None
 

@@ -799,3 +799,35 @@ def test_the_sweeps_kept_files_are_written_whole_or_not_at_all(monkeypatch, tmp_
     script.write_json(kept, {"checks": [{"seq_len": 1024}]})
     assert json.loads(kept.read_text()) == {"checks": [{"seq_len": 1024}]}
     assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # the torn write's piece is gone with the next
+
+
+def test_the_record_readers_take_what_the_sweep_wrote_and_refuse_the_rest(tmp_path):
+    import json
+
+    from ligerkit.proof.sweep_record import SweepRecordError, read_breakdowns, read_grad_checks, read_trials
+
+    out = tmp_path / "sweep.jsonl"
+    assert read_trials(out) == [] and read_grad_checks(out.with_suffix(".grads.json")) == []
+    assert read_breakdowns(out.with_suffix(".breakdown.json")) == {}
+    trial = Trial("eager", 4096, True, peak_mem_gib=3.5)
+    out.write_text(json.dumps(trial.to_dict()) + "\n\n")
+    assert read_trials(out) == [trial]
+    check = {"arm": "liger", "reference": "eager", "passed": True, "reason": "ok", "failures": [], "max_error": 0.01}
+    one = {"seq_len": 2048, "reference": "eager", "arms": {"liger": check}}
+    grads = out.with_suffix(".grads.json")
+    grads.write_text(json.dumps(one))  # one check, as the sweep wrote before it kept them all
+    assert read_grad_checks(grads) == [one]
+    grads.write_text(json.dumps({"checks": [one, {**one, "seq_len": 4096}]}))
+    assert [c["seq_len"] for c in read_grad_checks(grads)] == [2048, 4096]
+    grads.write_text(json.dumps({"checks": [{**one, "arms": {"liger": {**check, "passed": "yes"}}}]}))
+    with pytest.raises(SweepRecordError, match="is not the gradient checks"):
+        read_grad_checks(grads)
+    breakdowns = out.with_suffix(".breakdown.json")
+    breakdowns.write_text(json.dumps({"liger": {"seq_len": 8192, "weights_gib": 1.0}}))
+    assert read_breakdowns(breakdowns) == {"liger": {"seq_len": 8192, "weights_gib": 1.0}}
+    breakdowns.write_text(json.dumps({"liger": {"seq_len": True}}))  # a bool is not a length
+    with pytest.raises(SweepRecordError, match="is not the breakdowns"):
+        read_breakdowns(breakdowns)
+    out.write_text('{"arm": "eager"}\n')
+    with pytest.raises(SweepRecordError, match="line 1, is not a trial"):
+        read_trials(out)
