@@ -58,7 +58,7 @@ from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_m
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fit
 from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
-from ligerkit.proof.sweep_record import SweepRecordError, read_breakdowns, read_grad_checks, read_trials
+from ligerkit.proof.sweep_record import read_breakdowns, read_grad_checks, read_trials
 
 
 def write_json(path: Path, data: object) -> None:
@@ -186,7 +186,7 @@ def main() -> None:
         trials = read_trials(out)
         entries = read_grad_checks(out.with_suffix(".grads.json"))
         kept_breakdowns = read_breakdowns(out.with_suffix(".breakdown.json")) if args.breakdown else {}
-    except SweepRecordError as exc:
+    except LigerKitError as exc:
         parser.error(str(exc))
     probes = []
     for item in args.probe:

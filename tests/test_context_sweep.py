@@ -804,7 +804,7 @@ def test_the_sweeps_kept_files_are_written_whole_or_not_at_all(monkeypatch, tmp_
 def test_the_record_readers_take_what_the_sweep_wrote_and_refuse_the_rest(tmp_path):
     import json
 
-    from ligerkit.proof.sweep_record import SweepRecordError, read_breakdowns, read_grad_checks, read_trials
+    from ligerkit.proof.sweep_record import read_breakdowns, read_grad_checks, read_trials
 
     out = tmp_path / "sweep.jsonl"
     assert read_trials(out) == [] and read_grad_checks(out.with_suffix(".grads.json")) == []
@@ -820,14 +820,14 @@ def test_the_record_readers_take_what_the_sweep_wrote_and_refuse_the_rest(tmp_pa
     grads.write_text(json.dumps({"checks": [one, {**one, "seq_len": 4096}]}))
     assert [c["seq_len"] for c in read_grad_checks(grads)] == [2048, 4096]
     grads.write_text(json.dumps({"checks": [{**one, "arms": {"liger": {**check, "passed": "yes"}}}]}))
-    with pytest.raises(SweepRecordError, match="is not the gradient checks"):
+    with pytest.raises(LigerKitError, match="is not the gradient checks"):
         read_grad_checks(grads)
     breakdowns = out.with_suffix(".breakdown.json")
     breakdowns.write_text(json.dumps({"liger": {"seq_len": 8192, "weights_gib": 1.0}}))
     assert read_breakdowns(breakdowns) == {"liger": {"seq_len": 8192, "weights_gib": 1.0}}
     breakdowns.write_text(json.dumps({"liger": {"seq_len": True}}))  # a bool is not a length
-    with pytest.raises(SweepRecordError, match="is not the breakdowns"):
+    with pytest.raises(LigerKitError, match="is not the breakdowns"):
         read_breakdowns(breakdowns)
     out.write_text('{"arm": "eager"}\n')
-    with pytest.raises(SweepRecordError, match="line 1, is not a trial"):
+    with pytest.raises(LigerKitError, match="line 1, is not a trial"):
         read_trials(out)

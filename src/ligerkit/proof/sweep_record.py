@@ -3,7 +3,7 @@
 A sweep (``benchmarks/context_sweep_gpu.py``) resumes one record across commands: ``OUT`` (one trial a
 line), ``OUT.grads.json`` (every step-1 gradient check run for it) and ``OUT.breakdown.json`` (where each
 arm's memory goes at its longest length). Each reader here takes a file an earlier run of the sweep wrote,
-or refuses it by name (:class:`SweepRecordError`) before any trial runs: a file of something else is never
+or refuses it by name (:class:`LigerKitError`) before any trial runs: a file of something else is never
 read as figures, and never added to.
 """
 
@@ -18,10 +18,6 @@ from ligerkit.errors import LigerKitError
 from ligerkit.proof.context_sweep import Trial
 
 
-class SweepRecordError(LigerKitError):
-    """A file beside a sweep's record is not what an earlier run of the sweep wrote."""
-
-
 _CHECK_FIELDS: dict[str, type | tuple[type, ...]] = {
     "arm": str, "reference": str, "passed": bool, "reason": str, "failures": list, "max_error": (int, float)}
 """Each arm's :class:`~ligerkit.proof.recommend.GradCheck` in a kept gradient check, as ``asdict`` wrote it."""
@@ -29,7 +25,7 @@ _CHECK_FIELDS: dict[str, type | tuple[type, ...]] = {
 
 def read_trials(path: Path) -> list[Trial]:
     """The trials of the record at ``path``, in order (``[]`` when there is none yet); a line that is not a
-    trial of this sweep is a :class:`SweepRecordError` naming it."""
+    trial of this sweep is a :class:`LigerKitError` naming it."""
     trials = []
     for number, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
         if not line.strip():
@@ -37,7 +33,7 @@ def read_trials(path: Path) -> list[Trial]:
         try:
             trials.append(Trial(**json.loads(line)))
         except (ValueError, TypeError) as exc:
-            raise SweepRecordError(f"{path}, line {number}, is not a trial of this sweep ({exc}); give --out a new "
+            raise LigerKitError(f"{path}, line {number}, is not a trial of this sweep ({exc}); give --out a new "
                                    "file, or the record an earlier run of this sweep wrote") from None
     return trials
 
@@ -63,7 +59,7 @@ def _checks(kept: dict[str, Any]) -> Any:
 def _kept(path: Path, what: str, rows: Callable[[dict], Any], fields: dict[str, Callable[[Any], bool]]
           ) -> dict[str, Any]:
     """The JSON object at ``path`` (``{}`` when there is no file), whose ``rows`` are objects with ``fields``
-    (each with a test of its value); anything else is a :class:`SweepRecordError`."""
+    (each with a test of its value); anything else is a :class:`LigerKitError`."""
     if not path.exists():
         return {}
     try:
@@ -74,7 +70,7 @@ def _kept(path: Path, what: str, rows: Callable[[dict], Any], fields: dict[str, 
                 for row in found):
             raise ValueError(f"not a JSON object of entries with {', '.join(sorted(fields))}, each of its kind")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise SweepRecordError(f"{path} is not the {what} an earlier run of this sweep wrote ({exc}); move it "
+        raise LigerKitError(f"{path} is not the {what} an earlier run of this sweep wrote ({exc}); move it "
                                "aside, or give --out a new file") from None
     return kept
 
