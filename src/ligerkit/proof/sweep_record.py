@@ -34,7 +34,7 @@ def read_trials(path: Path) -> list[Trial]:
             trials.append(Trial(**json.loads(line)))
         except (ValueError, TypeError) as exc:
             raise LigerKitError(f"{path}, line {number}, is not a trial of this sweep ({exc}); give --out a new "
-                                   "file, or the record an earlier run of this sweep wrote") from None
+                                "file, or the record an earlier run of this sweep wrote") from None
     return trials
 
 
@@ -71,7 +71,7 @@ def _kept(path: Path, what: str, rows: Callable[[dict], Any], fields: dict[str, 
             raise ValueError(f"not a JSON object of entries with {', '.join(sorted(fields))}, each of its kind")
     except (ValueError, UnicodeDecodeError) as exc:
         raise LigerKitError(f"{path} is not the {what} an earlier run of this sweep wrote ({exc}); move it "
-                               "aside, or give --out a new file") from None
+                            "aside, or give --out a new file") from None
     return kept
 
 
