@@ -37,6 +37,14 @@ class GradCapture:
         self.model.zero_grad(set_to_none=set_to_none)
 
 
+def requested_bytes() -> int:
+    """The bytes this process's tensors on the current CUDA device take, as asked for: unlike
+    ``torch.cuda.memory_allocated`` not the allocator's blocks, which it splits only where more than 1 MiB
+    would be left over, so a tensor can hold up to 1 MiB more than it asked for depending on what was cached
+    before (two runs that keep the same tensors can read apart by that much a tensor)."""
+    return torch.cuda.memory_stats()["requested_bytes.all.current"]
+
+
 def torchrun_train(config: Path, sets: Sequence[str], cwd: Path, port: int, nproc: int = 2,
                    resume: Path | None = None, json_out: bool = False,
                    script: Path | None = None) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import GPU_SHAPE, RECIPE_SETS, RECIPES
+from helpers import GPU_SHAPE, RECIPE_SETS, RECIPES, requested_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -45,10 +45,10 @@ def _kept_and_recomputed(lora: bool, kept: tuple[bool, bool], lean: tuple[bool, 
             module = StepModule(engine, model, engine.loss, False, *keys)
             model.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
-            before = torch.cuda.memory_allocated()
+            before = requested_bytes()
             loss = module(batch, 1.0)
             torch.cuda.synchronize()
-            left = torch.cuda.memory_allocated() - before
+            left = requested_bytes() - before
             loss.backward()
             grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
             runs.append((loss.detach(), grads, left))

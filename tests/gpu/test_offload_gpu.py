@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import GPU_SHAPE, RECIPE_SETS, RECIPES
+from helpers import GPU_SHAPE, RECIPE_SETS, RECIPES, requested_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_CPU = ROOT / "recipes" / "qwen3" / "configs" / "cpu.yaml"
@@ -34,10 +34,10 @@ def _one_micro_batch(config: Path, sets: list[str], form: str, tiled: bool = Fal
         model = set_up_model(engine, device)
         model.train()
         torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
+        before = requested_bytes()
         loss = recipe_loss(engine, device, 0, engine.config.train.micro_batch_size)(model)
         torch.cuda.synchronize()
-        left = torch.cuda.memory_allocated() - before
+        left = requested_bytes() - before
         loss.backward()
         grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
         return loss.detach().float(), grads, left, engine.offload, model.config
