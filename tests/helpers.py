@@ -39,9 +39,10 @@ class GradCapture:
 
 def requested_bytes() -> int:
     """The bytes this process's tensors on the current CUDA device take, as asked for: unlike
-    ``torch.cuda.memory_allocated`` not the allocator's blocks, which it splits only where more than 1 MiB
-    would be left over, so a tensor can hold up to 1 MiB more than it asked for depending on what was cached
-    before (two runs that keep the same tensors can read apart by that much a tensor)."""
+    ``torch.cuda.memory_allocated`` not the allocator's blocks. A cached block for a request of more than
+    1 MiB is split only where more than 1 MiB would be left over, so such a tensor can hold up to 1 MiB more
+    than it asked for, depending on what was cached before (two runs that keep the same tensors can read
+    apart by that much a tensor)."""
     return torch.cuda.memory_stats()["requested_bytes.all.current"]
 
 
