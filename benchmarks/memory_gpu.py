@@ -7,16 +7,18 @@ the gradients held from earlier micro-batches (only when the step has several: w
 during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
 
-With ``--saved``, the measured forward also counts each tensor autograd saves for the backward, once
-per storage (``ligerkit.proof.saved_census``): ``saved_by_kind`` by the kind of module that keeps it
+With ``--saved``, the measured forward also counts each tensor autograd saves for the backward, once per
+storage (``ligerkit.proof.saved_census``): ``saved_by_kind`` by the kind of module that keeps it
 (attention, MLP, norm, output head, checkpointed layer inputs, the loss, ...), ``saved_by_producer`` by
-the operation that made it (followed back through views) with its width. The census passes every
-tensor on to the hooks below it (the recompute keys', offload's), so the forward keeps what it keeps
-without ``--saved``; what those hooks keep in a tensor's place is counted as replaced. With
-``train.activation_checkpointing: offload``, ``host_offloaded_gib`` is what the measured forward put in
-host memory and ``offload_kept_on_device_gib`` the inputs past ``train.memory.offload_budget_gib`` it kept
-on the device (offload's hooks are above the census's: those inputs are in the allocator's figure, not
-in ``saved_by_kind``).
+the operation that made it (followed back through views) with its width; tensors custom autograd
+functions keep as attributes of their contexts (a fused loss's input gradient) count under their own
+kind and by function and attribute. The census passes every tensor on to the hooks below it (the
+recompute keys', offload's), so the forward keeps what it keeps without ``--saved``; what those hooks
+keep in a tensor's place is counted as replaced. With ``train.activation_checkpointing: offload``,
+``host_offloaded_gib`` is what the measured forward put in host memory and
+``offload_kept_on_device_gib`` the inputs past ``train.memory.offload_budget_gib`` it kept on the device
+(offload's hooks are above the census's: those inputs are in the allocator's figure, not in
+``saved_by_kind``).
 
     python benchmarks/memory_gpu.py recipes/qwen3/configs/gpu.yaml --set train.loss.path=fused
 """
@@ -76,6 +78,8 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats()
         loss = module(batch)
         module.within = nullcontext
+        if census is not None:
+            census.count_contexts(loss)  # what custom functions keep on their contexts (a fused loss's gradient)
         torch.cuda.synchronize()
         saved = (torch.cuda.memory_allocated() - before) / GIB
         forward_peak = (torch.cuda.max_memory_allocated() - before) / GIB

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ligerkit.proof.saved_census import CHECKPOINTED, IN_LAYERS, OUTSIDE, SavedCensus, module_kind
+from ligerkit.proof.saved_census import CHECKPOINTED, IN_LAYERS, ON_CONTEXTS, OUTSIDE, SavedCensus, module_kind
 from ligerkit.train.config.lora import LoraConfig
 from ligerkit.train.memory.checkpointing import recompute_layers
 from ligerkit.train.recipe.adapters import add_lora
@@ -167,3 +167,40 @@ def test_the_step_module_enters_its_block_around_each_forward():
     step({"input_ids": _ids()}).backward()
     assert entered == [1] and census.by_kind["attention"].bytes > 0
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+
+
+class _GradInForward(torch.autograd.Function):
+    """A loss that computes its input's gradient in the forward and keeps it on its context, as a fused
+    loss does, with one tensor also saved the usual way and one kept in a list."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        ctx.save_for_backward(x)
+        ctx.grad_x = torch.cos(x) * 2
+        ctx.kept = [x, torch.ones(3, 5), "not a tensor"]  # x again (saved above): counted once
+        ctx.weight = weight  # a weight: left out
+        return torch.sin(x).sum()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
+        return ctx.grad_x * grad / 2, None
+
+
+def test_tensors_kept_on_a_function_s_context_are_counted_once_under_their_own_kind():
+    model = nn.Linear(8, 6)
+    x = torch.randn(4, 8, requires_grad=True)
+    with SavedCensus(model) as census:
+        hidden = model(x)
+        loss = _GradInForward.apply(torch.tanh(hidden), model.weight)
+    saved = census.kept_bytes  # the input and tanh's output (saved twice: by tanh and by the loss)
+    assert saved == 4 * 8 * 4 + 4 * 6 * 4
+    census.count_contexts(loss)
+    assert census.table("kind")[ON_CONTEXTS] == {"bytes": (4 * 6 + 3 * 5) * 4, "gib": 0.0, "tensors": 2}
+    producers = census.table("producer")
+    assert producers["_GradInForwardBackward context .grad_x torch.float32 width 6"]["tensors"] == 1
+    assert producers["_GradInForwardBackward context .kept torch.float32 width 5"]["bytes"] == 3 * 5 * 4
+    assert census.kept_bytes == saved + (4 * 6 + 3 * 5) * 4
+    census.count_contexts(loss)  # a second walk finds nothing new
+    assert census.kept_bytes == saved + (4 * 6 + 3 * 5) * 4
+    loss.backward()
+    assert torch.allclose(x.grad, (torch.cos(torch.tanh(hidden)) * (1 - torch.tanh(hidden) ** 2)) @ model.weight)

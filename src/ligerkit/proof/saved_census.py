@@ -19,12 +19,18 @@ passes every tensor on to, so recompute keys, offload and checkpointing behave e
   to host memory or stayed on the device past the budget; :class:`~ligerkit.train.memory.offload.HostOffload`
   counts both).
 
+A custom autograd function can also keep tensors as attributes of its context (a fused loss that
+computes its input's gradient in the forward keeps it so until the backward); no hook sees those.
+:meth:`SavedCensus.count_contexts`, given the forward's output, walks its graph and counts each such
+tensor not counted already under :data:`ON_CONTEXTS`, its producer named by the function and attribute.
+
 What it cannot see: the inside of a compiled region (its saved tensors count under the module that
-runs it) and memory a kernel allocates outside autograd (the allocator's figure beside it shows that).
+runs it) and memory held outside the graph and its hooks (the allocator's figure beside it shows that).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -38,6 +44,7 @@ from ligerkit.train.memory.saved_recompute import view_source
 CHECKPOINTED = "checkpointed layer inputs"
 OUTSIDE = "loss and the top model"
 IN_LAYERS = "in layers (other)"
+ON_CONTEXTS = "on autograd functions' contexts"
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embedding", ("embedding",)),
     ("norm", ("norm",)),
@@ -148,16 +155,38 @@ class SavedCensus:
         if not isinstance(packed, torch.Tensor):  # the hook below keeps something else in its place
             self.replaced += 1
             return packed
-        key = _storage(packed)
-        if key not in self._seen and key not in self._weights:  # kept with the graph: no address reused
-            self._seen.add(key)
-            size = _nbytes(packed)
-            self.by_kind.setdefault(self.kind_now(), Group()).add(size)
-            self.by_producer.setdefault(_producer(packed), Group()).add(size)
+        self._count(packed, self.kind_now, lambda: _producer(packed))
         return packed
 
     def _unpack(self, packed: Any) -> torch.Tensor:
         return self._below[1](packed) if self._below is not None else packed
+
+    def count_contexts(self, output: torch.Tensor) -> None:
+        """Count the tensors custom autograd functions in ``output``'s graph keep as attributes of their
+        contexts (directly, or in a list or tuple there), each storage once and none already counted or a
+        weight, under :data:`ON_CONTEXTS`; call it after the block, before the backward frees them."""
+        nodes: dict[int, Any] = {}  # held while walking: a wrapper let go could give its id to another
+        stack = [output.grad_fn]
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in nodes:
+                continue
+            nodes[id(node)] = node
+            stack.extend(after for after, _ in node.next_functions)
+            for attr, value in (getattr(node, "__dict__", None) or {}).items():  # C++ nodes have none
+                for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                    if isinstance(tensor, torch.Tensor):
+                        name = f"{type(node).__name__} context .{attr} {_shape(tensor)}"
+                        self._count(tensor, lambda: ON_CONTEXTS, lambda name=name: name)
+
+    def _count(self, tensor: torch.Tensor, kind: Callable[[], str], producer: Callable[[], str]) -> None:
+        """Count ``tensor``'s storage once (not a weight's) under ``kind()`` and ``producer()``."""
+        key = _storage(tensor)
+        if key not in self._seen and key not in self._weights:  # kept with the graph: no address reused
+            self._seen.add(key)
+            size = _nbytes(tensor)
+            self.by_kind.setdefault(kind(), Group()).add(size)
+            self.by_producer.setdefault(producer(), Group()).add(size)
 
     @property
     def kept_bytes(self) -> int:
@@ -192,7 +221,12 @@ def _producer(tensor: torch.Tensor) -> str:
     """The operation that made ``tensor``'s storage (followed back through views), its dtype and width."""
     node, _ = view_source(tensor)
     name = type(node).__name__ if node is not None else "no grad_fn (made under no_grad or in a function)"
-    return f"{name} {tensor.dtype} width {tensor.shape[-1] if tensor.dim() else 1}"
+    return f"{name} {_shape(tensor)}"
 
 
-__all__ = ["CHECKPOINTED", "Group", "IN_LAYERS", "KINDS", "OUTSIDE", "SavedCensus", "module_kind"]
+def _shape(tensor: torch.Tensor) -> str:
+    """``tensor``'s dtype and width (its last dimension), as the producers are named."""
+    return f"{tensor.dtype} width {tensor.shape[-1] if tensor.dim() else 1}"
+
+
+__all__ = ["CHECKPOINTED", "Group", "IN_LAYERS", "KINDS", "ON_CONTEXTS", "OUTSIDE", "SavedCensus", "module_kind"]
