@@ -30,7 +30,6 @@ runs it) and memory held outside the graph and its hooks (the allocator's figure
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -155,7 +154,9 @@ class SavedCensus:
         if not isinstance(packed, torch.Tensor):  # the hook below keeps something else in its place
             self.replaced += 1
             return packed
-        self._count(packed, self.kind_now, lambda: _producer(packed))
+        size = self._new(packed)
+        if size is not None:
+            self._add(self.kind_now(), _producer(packed), size)
         return packed
 
     def _unpack(self, packed: Any) -> torch.Tensor:
@@ -175,18 +176,22 @@ class SavedCensus:
             stack.extend(after for after, _ in node.next_functions)
             for attr, value in (getattr(node, "__dict__", None) or {}).items():  # C++ nodes have none
                 for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                    if isinstance(tensor, torch.Tensor):
-                        name = f"{type(node).__name__} context .{attr} {_shape(tensor)}"
-                        self._count(tensor, lambda: ON_CONTEXTS, lambda name=name: name)
+                    size = self._new(tensor) if isinstance(tensor, torch.Tensor) else None
+                    if size is not None:
+                        self._add(ON_CONTEXTS, f"{type(node).__name__} context .{attr} {_shape(tensor)}", size)
 
-    def _count(self, tensor: torch.Tensor, kind: Callable[[], str], producer: Callable[[], str]) -> None:
-        """Count ``tensor``'s storage once (not a weight's) under ``kind()`` and ``producer()``."""
+    def _new(self, tensor: torch.Tensor) -> int | None:
+        """The bytes of ``tensor``'s storage the first time it is seen (now marked seen); ``None`` for one
+        seen before or a weight's."""
         key = _storage(tensor)
-        if key not in self._seen and key not in self._weights:  # kept with the graph: no address reused
-            self._seen.add(key)
-            size = _nbytes(tensor)
-            self.by_kind.setdefault(kind(), Group()).add(size)
-            self.by_producer.setdefault(producer(), Group()).add(size)
+        if key in self._seen or key in self._weights:
+            return None
+        self._seen.add(key)  # kept with the graph: no address reused
+        return _nbytes(tensor)
+
+    def _add(self, kind: str, producer: str, size: int) -> None:
+        self.by_kind.setdefault(kind, Group()).add(size)
+        self.by_producer.setdefault(producer, Group()).add(size)
 
     @property
     def kept_bytes(self) -> int:
