@@ -12,6 +12,11 @@ fit is then bounded by time, not by memory. Give ``--trial-limit`` when a comman
 a whole command would have. A run that stops at the deadline names the trial it stopped before
 (``next_trial`` in the summary) and, when that trial alone outlasts ``--deadline``, the deadline it needs;
 its summary still settles every arm's lengths past ``--trial-limit`` (no trial runs for that).
+With ``--split``, a trial predicted past ``--trial-limit`` whole runs in parts when each part fits it: step
+1 in a process that stops with a checkpoint (``train.run.stop_after_steps=1``, the run folder under
+``--work``), the other steps in a process that resumes it, in this command when its time allows, else in
+the next one, which must find that folder (the same machine; ``OUT.part.json`` names it; a folder that is
+not there starts the trial over). Such a trial fits when every step did; it records ``processes: 2``.
 Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
 length the search skipped (first, within the same limits), and a fit there raises that arm's search.
 Each trial records its setting (``ligerkit.proof.record_setting.sweep_setting``: the config with the ``--set``
@@ -31,7 +36,7 @@ peak).
 
     python benchmarks/context_sweep_gpu.py --out $OUT/context.jsonl [--recipe qwen3] \
         [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540] \
-        [--breakdown]
+        [--breakdown] [--split [--work runs/context_sweep]]
 
 An arm is a bench arm, or one with memory variants (``ligerkit.proof.context_sweep.VARIANTS``: ``+ckpt``
 checkpoints each layer, ``+offload`` also keeps its input in host memory, ``+tiled`` takes Liger's tiled MLP).
@@ -58,7 +63,8 @@ from ligerkit.proof.context_sweep import (TOO_SLOW, Trial, arm_spec, breakdown_m
 from ligerkit.proof.recommend import GradCheck
 from ligerkit.proof.fits import allocator_state, describe_allocator, does_not_fit
 from ligerkit.proof.record_setting import ALLOC_CONF, recorded_settings, setting_conflict, sweep_setting
-from ligerkit.proof.sweep_record import read_breakdowns, read_grad_checks, read_trials
+from ligerkit.proof.sweep_record import read_breakdowns, read_grad_checks, read_parts, read_trials
+from ligerkit.train.run.folder import metrics_rows
 
 
 def write_json(path: Path, data: object) -> None:
@@ -89,6 +95,53 @@ def run_trial(config: Path, spec: str, seq_len: int, steps: int, extra: list[str
     row = summarize(run, min(1, steps - 1))
     return Trial(spec, seq_len, True, "", row.get("peak_mem_gib"), row.get("tokens_per_s"),
                  time.monotonic() - began, row.get("step_time_s"))
+
+
+def first_step(config: Path, spec: str, seq_len: int, steps: int, extra: list[str], folder: Path) -> Trial | dict:
+    """Step 1 of a trial in parts (``--split``): a process that stops after it, leaving a checkpoint in the run
+    folder ``folder`` (``train.run.stop_after_steps=1``). The part done (its ``run_dir``, the process's
+    ``seconds``, the step's ``step_s`` and ``peak_mem_gib``, from the folder's ``metrics.jsonl``), or the
+    trial as a miss when that step does not fit."""
+    require_cuda()
+    began = time.monotonic()
+    lines = [*trial_overrides(spec, seq_len, extra, steps), f"train.run.output_dir={folder}",
+             "train.run.stop_after_steps=1"]
+    try:
+        default_runner()(config, lines)
+    except ArmFailedError as exc:
+        why = does_not_fit(str(exc))
+        if why is not None:
+            return Trial(spec, seq_len, False, why, seconds=time.monotonic() - began,
+                         allocator=allocator_state(str(exc)))
+        rows = metrics_rows(folder, through=1) if folder.is_dir() else []
+        if len(rows) != 1 or not (folder / "checkpoints").is_dir():  # not the stop asked for: a failure
+            raise
+        return {"arm": spec, "seq_len": seq_len, "run_dir": str(folder), "seconds": time.monotonic() - began,
+                "step_s": rows[0]["step_time_s"], "peak_mem_gib": rows[0].get("peak_mem_gib")}
+    raise LigerKitError(f"{spec} at {seq_len:,} tokens: the process for step 1 ran every step instead of stopping "
+                        f"after it (train.run.stop_after_steps=1); its run folder is {folder}")
+
+
+def other_steps(config: Path, spec: str, seq_len: int, steps: int, extra: list[str], part: dict) -> Trial:
+    """The rest of a trial in parts: a process resuming ``part`` (:func:`first_step`) from its checkpoint for
+    the other steps. The trial over both processes: it fits when every step did (peak memory the higher of the
+    two, tokens/s and step time from the resumed steps, seconds the two processes' together)."""
+    require_cuda()
+    began = time.monotonic()
+    folder = part["run_dir"]
+    try:
+        lines = [*trial_overrides(spec, seq_len, extra, steps), f"train.run.output_dir={folder}"]
+        run = default_runner()(config, lines, resume=folder)
+    except ArmFailedError as exc:
+        why = does_not_fit(str(exc))
+        if why is None:
+            raise
+        return Trial(spec, seq_len, False, why, seconds=part["seconds"] + time.monotonic() - began,
+                     allocator=allocator_state(str(exc)), processes=2)
+    row = summarize(run, 0)  # every step this process ran comes after the first
+    peaks = [p for p in (part["peak_mem_gib"], row.get("peak_mem_gib")) if p is not None]
+    return Trial(spec, seq_len, True, "", max(peaks, default=None), row.get("tokens_per_s"),
+                 part["seconds"] + time.monotonic() - began, row.get("step_time_s"), processes=2)
 
 
 def this_setting(config: Path, extra: list[str], steps: int) -> dict:
@@ -153,6 +206,13 @@ def main() -> None:
     parser.add_argument("--probe", action="append", default=[], metavar="ARM=LENGTH",
                         help="also try ARM at LENGTH tokens, before the search (repeatable): whether a length fits "
                              "is not always monotonic (the allocator), and a fit found here raises that arm's search")
+    parser.add_argument("--split", action="store_true",
+                        help="run a trial predicted past --trial-limit in parts, each within --trial-limit and "
+                             "--deadline: step 1 in a process that stops with a checkpoint, the other steps in one "
+                             "that resumes it; a part left for the next command waits in OUT's .part.json with its "
+                             "run folder under --work, which that command must find (the same machine)")
+    parser.add_argument("--work", default="runs/context_sweep",
+                        help="where the run folders of trials in parts go (default: runs/context_sweep)")
     parser.add_argument("--breakdown", action="store_true",
                         help="once the search is complete, where each arm's memory goes at its longest length "
                              "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
@@ -186,6 +246,7 @@ def main() -> None:
         trials = read_trials(out)
         entries = read_grad_checks(out.with_suffix(".grads.json"))
         kept_breakdowns = read_breakdowns(out.with_suffix(".breakdown.json")) if args.breakdown else {}
+        parts = read_parts(out.with_suffix(".part.json"))
     except LigerKitError as exc:
         parser.error(str(exc))
     probes = []
@@ -243,28 +304,91 @@ def main() -> None:
         said = "fits" if trial.fits else trial.reason
         if trial.allocator:
             said += f" ({describe_allocator(trial.allocator)})"
-        print(f"{trial.arm} {trial.seq_len}: {said} ({seconds:.0f} s)", flush=True)
+        parted = f", {trial.processes} processes" if trial.processes > 1 else ""
+        print(f"{trial.arm} {trial.seq_len}: {said} ({seconds:.0f} s{parted})", flush=True)
 
     waiting: dict = {}  # the trial the run stopped before, when it stopped at the deadline
 
+    def guesses(arm: str, length: int) -> tuple[float | None, float | None]:
+        """The arm's trials' prediction of a whole trial at ``length``, and of its longer part (``--split``)."""
+        mine = [t for t in trials if t.arm == arm]
+        whole = predicted_seconds(mine, length, args.steps)
+        if not args.split or whole is None:
+            return whole, None
+        return whole, max(predicted_seconds(mine, length, args.steps, 1),
+                          predicted_seconds(mine, length, args.steps, args.steps - 1))
+
     def too_slow(arm: str, length: int, search: bool) -> bool:
-        """Whether the arm's trials predict ``length`` past ``--trial-limit``: then it is said, never run nor
-        put in ``--out``, and for the search kept as a miss (a prediction, not a measurement)."""
-        guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
+        """Whether the arm's trials predict ``length`` past ``--trial-limit`` (with ``--split``, its longer
+        part): then it is said, never run nor put in ``--out``, and for the search kept as a miss (a
+        prediction, not a measurement)."""
+        whole, part = guesses(arm, length)
+        guess, what = (whole, "a trial") if part is None or whole <= trial_limit else (part, "a part of a trial")
         if guess is None or guess <= trial_limit:
             return False
-        reason = f"{TOO_SLOW}: about {guess:,.0f} s a trial, over the {trial_limit:g} s one trial may take"
+        reason = f"{TOO_SLOW}: about {guess:,.0f} s {what}, over the {trial_limit:g} s one {what[2:]} may take"
         if search:
             trials.append(Trial(arm, length, False, reason))
         print(f"{arm} {length}: {'' if search else 'not probed, '}{reason}", flush=True)
         return True
 
+    parts_file = out.with_suffix(".part.json")
+
+    def keep_parts() -> None:
+        write_json(parts_file, {"parts": parts})
+
+    def in_parts(arm: str, length: int) -> bool:
+        """A trial in two processes (``--split``), each part run when it ends before ``--deadline``; ``False``
+        when one would not (``waiting`` names it; a first step done waits in ``.part.json``)."""
+        mine = [t for t in trials if t.arm == arm]
+        part = next((p for p in parts if p["arm"] == arm and p["seq_len"] == length), None)
+        if part is not None and not Path(part["run_dir"]).is_dir():
+            print(f"{arm} {length}: step 1's run folder {part['run_dir']} is not here (another machine?); the "
+                  "trial starts over", flush=True)
+            parts.remove(part)
+            keep_parts()
+            part = None
+        if part is None:
+            guess = predicted_seconds(mine, length, args.steps, 1)
+            if time.monotonic() - began + guess > args.deadline:
+                waiting.update(arm=arm, seq_len=length, predicted_s=guess, part="step 1")
+                return False
+            here = measured_here()
+            folder = Path(args.work).resolve() / f"{out.stem}.{arm}.{length}.{time.time_ns()}"
+            t0 = time.monotonic()
+            done_or_miss = first_step(config, arm, length, args.steps, args.set, folder)
+            if isinstance(done_or_miss, Trial):
+                record(replace(done_or_miss, setting=here), time.monotonic() - t0)
+                return True
+            part = {**done_or_miss, "setting": here}
+            parts.append(part)
+            keep_parts()
+            print(f"{arm} {length}: step 1 fits ({part['seconds']:.0f} s); the other steps resume {folder}",
+                  flush=True)
+        guess = predicted_seconds(mine, length, args.steps, args.steps - 1)
+        if time.monotonic() - began + guess > args.deadline:
+            waiting.update(arm=arm, seq_len=length, predicted_s=guess, part=f"steps 2-{args.steps}",
+                           run_dir=part["run_dir"])
+            return False
+        here = measured_here()
+        if part.get("setting") is not None:
+            refuse_another_setting(parts_file, [part["setting"]], here)
+        t0 = time.monotonic()
+        trial = other_steps(config, arm, length, args.steps, args.set, part)
+        record(replace(trial, setting=here), time.monotonic() - t0)
+        parts.remove(part)
+        keep_parts()
+        return True
+
     def attempt(arm: str, length: int, search: bool) -> bool:
-        """One trial of ``arm`` at ``length``, unless it is :func:`too_slow`; ``False`` when it would end past
-        ``--deadline`` (then ``waiting`` names it)."""
+        """One trial of ``arm`` at ``length``, unless it is :func:`too_slow` (in parts when a whole one would
+        take longer than ``--trial-limit``); ``False`` when it would end past ``--deadline`` (then ``waiting``
+        names it)."""
         if too_slow(arm, length, search):  # no command of this sweep could run it
             return True
-        guess = predicted_seconds([t for t in trials if t.arm == arm], length, args.steps)
+        guess, part = guesses(arm, length)
+        if part is not None and guess > trial_limit:
+            return in_parts(arm, length)
         if time.monotonic() - began + (guess or 0.0) > args.deadline:
             waiting.update(arm=arm, seq_len=length, predicted_s=guess)
             return False
@@ -311,6 +435,9 @@ def main() -> None:
         print(f"stopped: the next trial, {waiting['arm']} at {waiting['seq_len']:,} tokens, takes about "
               f"{waiting['predicted_s']:,.0f} s, more than --deadline {args.deadline:g} s allows a whole run: rerun "
               f"with a --deadline above that (or a --trial-limit below it, to record the length as too slow)")
+    elif "run_dir" in waiting:
+        print(f"stopped at the deadline: rerun the same command on this machine to continue ({waiting['arm']} at "
+              f"{waiting['seq_len']:,} tokens resumes step 1's checkpoint in {waiting['run_dir']})")
     else:
         print("stopped at the deadline: rerun the same command to continue")
     if args.breakdown and done:

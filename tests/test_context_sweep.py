@@ -831,3 +831,150 @@ def test_the_record_readers_take_what_the_sweep_wrote_and_refuse_the_rest(tmp_pa
     out.write_text('{"arm": "eager"}\n')
     with pytest.raises(LigerKitError, match="line 1, is not a trial"):
         read_trials(out)
+
+
+def split_runs(script, monkeypatch, out_of_memory_at: int | None = None) -> list[dict]:
+    """Stand in for ``ligerkit train`` behind ``script``'s trials, on a clock of its own: a process takes 10 s
+    to start and (length / 4096)^2 x 10 s a step; one given ``train.run.stop_after_steps=1`` writes step 1's
+    row and a checkpoint into its ``train.run.output_dir`` and exits as stopped, one given ``resume`` runs the
+    other step (it needs that folder); a length of ``out_of_memory_at`` runs out of memory in step 1. Returns
+    each call, in order."""
+    import json
+    import types
+    from pathlib import Path
+
+    from ligerkit.proof.arm_runs import ArmFailedError
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(script, "time", types.SimpleNamespace(monotonic=lambda: clock.now, time_ns=lambda: 7))
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "resolve_config", lambda target: Path(target))
+    monkeypatch.setattr(script, "this_setting", lambda config, extra, steps: {"device": "card", "steps": steps})
+    calls: list[dict] = []
+
+    def row(step: int, length: int, peak: float) -> dict:
+        seconds = (length / 4096) ** 2 * 10
+        return {"step": step, "loss": 1.0, "grad_norm": 1.0, "tokens_per_s": length / seconds,
+                "tokens_per_s_per_device": length / seconds, "step_time_s": seconds, "peak_mem_gib": peak,
+                "mfu": None}
+
+    def runner(config, overrides, resume=None):
+        lines = dict(line.split("=", 1) for line in overrides)
+        length, folder = int(lines["data.seq_len"]), lines.get("train.run.output_dir")
+        stop = lines.get("train.run.stop_after_steps")
+        calls.append({"length": length, "resume": resume, "stop": stop, "folder": folder})
+        clock.now += 10
+        if length == out_of_memory_at:
+            clock.now += 5
+            raise ArmFailedError(f"python -m ligerkit train failed (1):\n{OUT_OF_MEMORY_TAIL}")
+        if resume is not None:
+            assert resume == folder and (Path(folder) / "checkpoints").is_dir()
+            clock.now += (length / 4096) ** 2 * 10
+            return {"steps": [row(2, length, 7.0)], "report": None}
+        if stop == "1":
+            Path(folder, "checkpoints").mkdir(parents=True)
+            Path(folder, "metrics.jsonl").write_text(json.dumps(row(1, length, 5.0)) + "\n")
+            clock.now += (length / 4096) ** 2 * 10
+            raise ArmFailedError("python -m ligerkit train failed (75):\nstopped after step 1 of 2")
+        clock.now += 2 * (length / 4096) ** 2 * 10
+        return {"steps": [row(1, length, 5.0), row(2, length, 6.0)], "report": None}
+
+    monkeypatch.setattr(script, "default_runner", lambda: runner)
+    return calls
+
+
+def test_a_trial_past_the_trial_limit_runs_in_parts_across_commands_with_split(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    script = sweep_script("context_sweep_gpu_split")
+    calls = split_runs(script, monkeypatch)
+    out, work = tmp_path / "sweep.jsonl", tmp_path / "work"
+    argv = ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", "16384",
+            "--precision", "0.3", "--trial-limit", "200", "--deadline", "400", "--split", "--work", str(work)]
+    monkeypatch.setattr(sys, "argv", argv)
+    script.main()
+    # 4096 (30 s) and 8192 (90 s) whole; 16384 whole is predicted at 10 + 2 x 160 = 330 s, over the trial limit:
+    # step 1 (170 s) runs, the other step (170 s) would end past the deadline, so it waits for the next command
+    assert [(c["length"], c["stop"], c["resume"]) for c in calls] == [(4096, None, None), (8192, None, None),
+                                                                      (16384, "1", None)]
+    folder = calls[-1]["folder"]
+    assert [json.loads(line)["seq_len"] for line in out.read_text().splitlines()] == [4096, 8192]
+    parts = json.loads(out.with_suffix(".part.json").read_text())["parts"]
+    assert [(p["arm"], p["seq_len"], p["run_dir"], p["peak_mem_gib"]) for p in parts] == [
+        ("eager", 16384, folder, 5.0)]
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert summary["complete"] is False and summary["next_trial"]["part"] == "steps 2-2"
+    assert f"resumes step 1's checkpoint in {folder}" in capsys.readouterr().out
+    script.main()  # the next command resumes it: one trial over two processes, nothing waits
+    assert calls[-1]["length"] == 16384 and calls[-1]["resume"] == folder and calls[-1]["stop"] is None
+    last = Trial(**json.loads(out.read_text().splitlines()[-1]))
+    assert (last.seq_len, last.fits, last.processes, last.peak_mem_gib) == (16384, True, 2, 7.0)  # the higher peak
+    assert last.step_s == 160.0 and last.tokens_per_s == 16384 / 160.0 and last.seconds == 340.0
+    assert json.loads(out.with_suffix(".part.json").read_text())["parts"] == []
+    assert json.loads(out.with_suffix(".summary.json").read_text())["complete"] is True
+
+
+def test_a_trial_in_parts_whose_first_step_s_folder_is_gone_starts_over_and_one_out_of_memory_is_a_miss(
+        monkeypatch, tmp_path, capsys):
+    import json
+    import shutil
+    import sys
+
+    script = sweep_script("context_sweep_gpu_split_over")
+    calls = split_runs(script, monkeypatch)
+    out, work = tmp_path / "sweep.jsonl", tmp_path / "work"
+
+    def argv(out, deadline):
+        return ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", "16384",
+                "--precision", "0.3", "--trial-limit", "200", "--deadline", deadline, "--split", "--work", str(work)]
+
+    monkeypatch.setattr(sys, "argv", argv(out, "400"))
+    script.main()
+    shutil.rmtree(calls[-1]["folder"])  # another machine: step 1's checkpoint is not there
+    monkeypatch.setattr(sys, "argv", argv(out, "600"))  # time for both parts
+    script.main()
+    assert "is not here (another machine?); the trial starts over" in capsys.readouterr().out
+    assert [(c["length"], c["stop"], c["resume"] is not None) for c in calls[3:]] == [(16384, "1", False),
+                                                                                      (16384, None, True)]
+    assert Trial(**json.loads(out.read_text().splitlines()[-1])).processes == 2
+
+    script = sweep_script("context_sweep_gpu_split_oom")
+    split_runs(script, monkeypatch, out_of_memory_at=16384)
+    out = tmp_path / "oom.jsonl"
+    monkeypatch.setattr(sys, "argv", argv(out, "600"))
+    script.main()
+    miss = next(t for t in map(lambda line: Trial(**json.loads(line)), out.read_text().splitlines())
+                if t.seq_len == 16384)  # step 1 out of memory: a miss, and the search bisects below it
+    assert (miss.seq_len, miss.fits, miss.reason) == (16384, False, "out of memory") and miss.allocator
+    assert json.loads(out.with_suffix(".part.json").read_text())["parts"] == []
+
+
+def test_a_part_predicted_past_the_trial_limit_is_too_slow_and_without_split_the_whole_trial_is():
+    from ligerkit.proof.context_sweep import predicted_seconds
+
+    base = Trial("a", 8192, True, seconds=90.0, step_s=40.0)  # start-up 10 s
+    assert predicted_seconds([base], 16384, 2) == 10 + 2 * 160.0
+    assert predicted_seconds([base], 16384, 2, of=1) == 10 + 160.0
+    parted = Trial("a", 16384, True, seconds=340.0, step_s=160.0, processes=2)  # two start-ups of 10 s
+    assert predicted_seconds([base, parted], 32768, 2, of=1) == 10 + 640.0
+
+
+def test_a_trial_in_parts_trains_the_same_two_steps_as_one_process_bit_for_bit(monkeypatch, tmp_path):
+    """The parts are real ``ligerkit train`` processes (the CPU config, Liger off): step 1 stops with a
+    checkpoint, the resumed process trains step 2, and the run folder's losses equal a whole run's."""
+    from pathlib import Path
+
+    from ligerkit.proof.arm_runs import run_arm
+    from ligerkit.proof.context_sweep import trial_overrides
+    from ligerkit.train.run.folder import metrics_rows
+
+    script = sweep_script("context_sweep_gpu_parts_cpu")
+    monkeypatch.setattr(script, "require_cuda", lambda: None)
+    config, extra, folder = Path("recipes/qwen3/configs/cpu.yaml"), ["train.loss.path=standard"], tmp_path / "run"
+    part = script.first_step(config, "eager", 256, 2, extra, folder)
+    assert part["run_dir"] == str(folder) and part["step_s"] > 0 and [r["step"] for r in metrics_rows(folder, 9)] == [1]
+    trial = script.other_steps(config, "eager", 256, 2, extra, part)
+    assert trial.fits and trial.processes == 2 and trial.seconds > part["seconds"] and trial.tokens_per_s > 0
+    whole = run_arm(config, trial_overrides("eager", 256, extra, 2))
+    assert [r["loss"] for r in metrics_rows(folder, 9)] == [s["loss"] for s in whole["steps"]]

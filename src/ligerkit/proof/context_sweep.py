@@ -110,6 +110,7 @@ class Trial:
     step_s: float | None = None  # one training step's time (the median), within it
     allocator: dict[str, float] | None = None  # an out-of-memory miss: the allocator's state (fits.allocator_state)
     setting: dict[str, Any] | None = None  # where and as what it ran (record_setting); None in older records
+    processes: int = 1  # 2 for a trial in parts: step 1 in a process of its own, the rest resuming it
 
     def to_dict(self) -> dict[str, Any]:
         """The trial as a JSON object (one line of the sweep's record)."""
@@ -120,17 +121,17 @@ TOO_SLOW = "too slow to measure"
 """The reason of a length no trial can reach within the sweep's time limit (:func:`predicted_seconds`)."""
 
 
-def predicted_seconds(trials: Sequence[Trial], seq_len: int, steps: int) -> float | None:
-    """About how long a trial of ``steps`` steps at ``seq_len`` takes, from the longest timed trial that fit
-    (``None`` without one): its start-up time as it was, each step's time grown with the square of the
-    length (attention's share, which dominates at long sequences; the rest grows linearly, so this errs
-    long)."""
+def predicted_seconds(trials: Sequence[Trial], seq_len: int, steps: int, of: int | None = None) -> float | None:
+    """About how long a process running ``of`` of a trial's ``steps`` steps (default: all of them) takes at
+    ``seq_len``, from the longest timed trial that fit (``None`` without one): its start-up time as it was (a
+    trial in parts started ``processes`` times), each step's time grown with the square of the length
+    (attention's share, which dominates at long sequences; the rest grows linearly, so this errs long)."""
     timed = [t for t in trials if t.fits and t.seconds is not None and t.step_s is not None]
     if not timed:
         return None
     base = max(timed, key=lambda t: t.seq_len)
-    start_up = max(base.seconds - steps * base.step_s, 0.0)
-    return start_up + steps * base.step_s * (seq_len / base.seq_len) ** 2
+    start_up = max(base.seconds - steps * base.step_s, 0.0) / base.processes
+    return start_up + (steps if of is None else of) * base.step_s * (seq_len / base.seq_len) ** 2
 
 
 def bounds(trials: Sequence[Trial]) -> tuple[int | None, int | None]:

@@ -1,8 +1,9 @@
 """Reading a context sweep's record: its trials, and the gradient checks and breakdowns kept beside them.
 
 A sweep (``benchmarks/context_sweep_gpu.py``) resumes one record across commands: ``OUT`` (one trial a
-line), ``OUT.grads.json`` (every step-1 gradient check run for it) and ``OUT.breakdown.json`` (where each
-arm's memory goes at its longest length). Each reader here takes a file an earlier run of the sweep wrote,
+line), ``OUT.grads.json`` (every step-1 gradient check run for it), ``OUT.breakdown.json`` (where each
+arm's memory goes at its longest length) and ``OUT.part.json`` (trials in parts whose other steps wait for
+a later command). Each reader here takes a file an earlier run of the sweep wrote,
 or refuses it by name (:class:`LigerKitError`) before any trial runs: a file of something else is never
 read as figures, and never added to.
 """
@@ -50,6 +51,21 @@ def read_grad_checks(path: Path) -> list[dict[str, Any]]:
 def read_breakdowns(path: Path) -> dict[str, dict[str, Any]]:
     """The memory breakdowns kept at ``path`` by arm (``{}`` when there is none), each with its ``seq_len``."""
     return _kept(path, "breakdowns", lambda kept: list(kept.values()), {"seq_len": _a_length})
+
+
+def read_parts(path: Path) -> list[dict[str, Any]]:
+    """The trials in parts whose first step is done and whose other steps wait (``--split``), kept at ``path``
+    (``[]`` when there is none): each with its ``arm``, ``seq_len``, the ``run_dir`` holding step 1's
+    checkpoint, that process's ``seconds``, the step's ``step_s`` and ``peak_mem_gib``, and its ``setting``."""
+    kept = _kept(path, "trials in parts", lambda kept: kept.get("parts"), {
+        "arm": lambda v: isinstance(v, str), "seq_len": _a_length, "run_dir": lambda v: isinstance(v, str),
+        "seconds": _non_negative, "step_s": _non_negative, "setting": lambda v: v is None or isinstance(v, dict),
+        "peak_mem_gib": lambda v: v is None or _non_negative(v)})
+    return kept["parts"] if kept else []
+
+
+def _non_negative(value: Any) -> bool:
+    return type(value) in (int, float) and value >= 0
 
 
 def _checks(kept: dict[str, Any]) -> Any:
