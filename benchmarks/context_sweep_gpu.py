@@ -448,6 +448,10 @@ def main() -> None:
             if longest is None or measured.get(arm, {}).get("seq_len") == longest:
                 continue
             guess = predicted_seconds([t for t in trials if t.arm == arm], longest, 2)  # memory_gpu: two steps
+            if (guess or 0.0) > args.deadline:  # one process of two steps: no rerun of this command can take it
+                print(f"no breakdown of {arm} at {longest:,} tokens: it takes about {guess:,.0f} s (two steps in "
+                      f"one process), more than --deadline {args.deadline:g} s allows")
+                continue
             if time.monotonic() - began + (guess or 0.0) > args.deadline:
                 print("breakdown stopped at the deadline: rerun the same command to continue")
                 break

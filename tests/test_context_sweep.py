@@ -978,3 +978,24 @@ def test_a_trial_in_parts_trains_the_same_two_steps_as_one_process_bit_for_bit(m
     assert trial.fits and trial.processes == 2 and trial.seconds > part["seconds"] and trial.tokens_per_s > 0
     whole = run_arm(config, trial_overrides("eager", 256, extra, 2))
     assert [r["loss"] for r in metrics_rows(folder, 9)] == [s["loss"] for s in whole["steps"]]
+
+
+def test_a_breakdown_longer_than_the_deadline_is_said_not_left_for_a_rerun(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    script = sweep_script("context_sweep_gpu_split_breakdown")
+    split_runs(script, monkeypatch)
+    monkeypatch.setattr(script, "breakdown", lambda *a: pytest.fail("a breakdown ran past the deadline"))
+    out = tmp_path / "sweep.jsonl"
+    argv = ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", "16384",
+            "--precision", "0.3", "--trial-limit", "200", "--split", "--work", str(tmp_path / "work"), "--breakdown"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--deadline", "400"])
+    script.main()  # step 1 of 16384
+    monkeypatch.setattr(sys, "argv", [*argv, "--deadline", "300"])
+    script.main()  # the other step (170 s); a breakdown there is two steps in one process: 10 + 2 x 160 s
+    said = capsys.readouterr().out
+    assert "no breakdown of eager at 16,384 tokens: it takes about 330 s" in said and "rerun" not in said.split(
+        "complete")[-1]
+    assert json.loads(out.with_suffix(".summary.json").read_text())["complete"] is True
+    assert not out.with_suffix(".breakdown.json").exists()
