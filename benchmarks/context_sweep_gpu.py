@@ -432,7 +432,8 @@ def main() -> None:
     if done:
         print("complete")
     elif (waiting.get("predicted_s") or 0.0) > args.deadline:  # no run with this --deadline can start it
-        print(f"stopped: the next trial, {waiting['arm']} at {waiting['seq_len']:,} tokens, takes about "
+        part = f" (its {waiting['part']}, a process of its own)" if "part" in waiting else ""
+        print(f"stopped: the next trial, {waiting['arm']} at {waiting['seq_len']:,} tokens{part}, takes about "
               f"{waiting['predicted_s']:,.0f} s, more than --deadline {args.deadline:g} s allows a whole run: rerun "
               f"with a --deadline above that (or a --trial-limit below it, to record the length as too slow)")
     elif "run_dir" in waiting:
