@@ -211,8 +211,8 @@ def main() -> None:
                              "--deadline: step 1 in a process that stops with a checkpoint, the other steps in one "
                              "that resumes it; a part left for the next command waits in OUT's .part.json with its "
                              "run folder under --work, which that command must find (the same machine)")
-    parser.add_argument("--work", default="runs/context_sweep",
-                        help="where the run folders of trials in parts go (default: runs/context_sweep)")
+    parser.add_argument("--work", help="with --split: where the run folders of trials in parts go "
+                                       "(default: runs/context_sweep)")
     parser.add_argument("--breakdown", action="store_true",
                         help="once the search is complete, where each arm's memory goes at its longest length "
                              "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
@@ -226,6 +226,11 @@ def main() -> None:
         parser.error(str(exc))
     if args.steps < 2:
         parser.error(f"--steps takes 2 or more: tokens/s comes from the steps after the first (got {args.steps})")
+    if args.work is not None and not args.split:
+        parser.error("--work names where the run folders of trials in parts go; give --split with it")
+    args.work = Path(args.work or "runs/context_sweep")
+    if args.work.exists() and not args.work.is_dir():
+        parser.error(f"--work takes a folder, and {args.work} is a file")
     if args.grads is not None and args.grads <= 0:
         parser.error(f"--grads takes a length in tokens above 0 (got {args.grads})")
     if (args.grads is not None or args.breakdown) and not torch.cuda.is_available():
@@ -354,7 +359,7 @@ def main() -> None:
                 waiting.update(arm=arm, seq_len=length, predicted_s=guess, part="step 1")
                 return False
             here = measured_here()
-            folder = Path(args.work).resolve() / f"{out.stem}.{arm}.{length}.{time.time_ns()}"
+            folder = args.work.resolve() / f"{out.stem}.{arm}.{length}.{time.time_ns()}"
             t0 = time.monotonic()
             done_or_miss = first_step(config, arm, length, args.steps, args.set, folder)
             if isinstance(done_or_miss, Trial):

@@ -406,6 +406,8 @@ def test_a_probed_fit_above_the_bisected_one_raises_that_arms_search(monkeypatch
     (["--probe", "eager=-5"], "--probe takes ARM=LENGTH"),
     (["--record", "{\"arm\": 1, \"size\": 2}"], "line 1, is not a trial of this sweep"),
     (["--record", "not json"], "line 1, is not a trial of this sweep"),
+    (["--work", "elsewhere"], "give --split with it"),
+    (["--split", "--work", "pyproject.toml"], "--work takes a folder, and pyproject.toml is a file"),
 ])
 def test_bad_sweep_arguments_are_refused_by_name_before_any_trial(monkeypatch, tmp_path, capsys, args, said):
     import sys
@@ -438,6 +440,9 @@ def test_bad_sweep_arguments_are_refused_by_name_before_any_trial(monkeypatch, t
     (".breakdown.json", '{"eager": {"seq_len": -4096}}', ["--breakdown"]),
     (".breakdown.json", '{"eager": 5}', ["--breakdown"]),
     (".breakdown.json", '{"eager": {"peak_gib": 5}}', ["--breakdown"]),
+    (".part.json", '{"parts": [{"arm": "eager", "seq_len": 4096}]}', []),
+    (".part.json", '{"parts": [{"arm": "eager", "seq_len": 4096, "run_dir": "r", "seconds": -1, "step_s": 1, '
+                   '"peak_mem_gib": null, "setting": null}]}', ["--split"]),
 ])
 def test_a_kept_check_or_breakdown_file_this_sweep_did_not_write_is_refused_by_name_and_left(monkeypatch, tmp_path,
                                                                                            capsys, suffix, content,
