@@ -16,7 +16,8 @@ With ``--split``, a trial predicted past ``--trial-limit`` whole runs in parts w
 1 in a process that stops with a checkpoint (``train.run.stop_after_steps=1``, the run folder under
 ``--work``), the other steps in a process that resumes it, in this command when its time allows, else in
 the next one, which must find that folder (the same machine; ``OUT.part.json`` names it; a folder that is
-not there starts the trial over). Such a trial fits when every step did; it records ``processes: 2``.
+not there starts the trial over). Such a trial fits when every step did; it records ``processes: 2``; its
+resumed steps start with the allocator's cache empty (a one-process trial's step 2 inherits step 1's).
 Whether a length fits is not always monotonic (the CUDA allocator): ``--probe ARM=LENGTH`` also tries a
 length the search skipped (first, within the same limits), and a fit there raises that arm's search.
 Each trial records its setting (``ligerkit.proof.record_setting.sweep_setting``: the config with the ``--set``
