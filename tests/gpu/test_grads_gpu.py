@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _module_writes(entry) -> tuple[bool, bool]:
     """(wrote into its input, wrote into the incoming gradient) for a catalog module on the GPU."""
     cls = entry.obj
-    act = "gelu_pytorch_tanh" if entry.name == "LigerGEGLUMLP" else "silu"  # each gated MLP checks its own
+    act = "gelu_pytorch_tanh" if entry.module == "geglu" else "silu"  # each gated MLP checks its activation
     config = T.TableConfig(hidden_size=64, intermediate_size=128, hidden_act=act)
     module = cls(config) if entry.kind == "mlp" else cls(64)
     module = module.to("cuda", torch.bfloat16)
