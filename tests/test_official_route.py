@@ -212,8 +212,22 @@ def test_tiled_mlp_that_tiles_nothing_or_meets_a_custom_map_or_compile_is_refuse
     before = vars(modeling_qwen3).copy()
     with pytest.raises(InvalidOptionError, match="swapped no MLP that has a tiled form"):
         kit.apply(model_family="qwen3", modules={"rms_norm": True, "swiglu": False}, tiled_mlp=True)
+    with pytest.raises(InvalidOptionError, match="it swapped no MLP"):
+        kit.apply(model_family="qwen3", modules={"rms_norm": True}, tiled_mlp=True)
     with pytest.raises(InvalidOptionError, match="a custom map names its classes itself"):
         kit.apply(model_family="x", custom_patches={}, tiled_mlp=True)
     with pytest.raises(InvalidOptionError, match="no compile-mode operator"):
         kit.apply(model_family="qwen3", compile=True, tiled_mlp=True)
     assert vars(modeling_qwen3) == before and not kit.active
+
+
+def test_tiled_mlp_on_a_family_whose_mlp_has_no_tiled_form_names_the_swap_it_made_and_changes_nothing(kit):
+    from ligerkit.errors import InvalidOptionError
+    from transformers.models.phi3 import modeling_phi3
+
+    before = vars(modeling_phi3).copy()
+    with pytest.raises(InvalidOptionError) as raised:
+        kit.apply(model_family="phi3", tiled_mlp=True)
+    assert "(LigerSwiGLUMLP, LigerGEGLUMLP)" in str(raised.value)
+    assert "it swapped Phi3MLP -> LigerPhi3SwiGLUMLP, which has none" in str(raised.value)
+    assert vars(modeling_phi3) == before and not kit.active

@@ -20,16 +20,8 @@ from dataclasses import replace
 from typing import Literal
 
 from ligerkit.environment import environment_summary
-from ligerkit.errors import (
-    HelperFailedError,
-    InvalidOptionError,
-    LigerKitError,
-    LossKernelConflictError,
-    ModuleConflictError,
-    NoEffectError,
-    UnknownModuleError,
-    UnsupportedModuleError,
-)
+from ligerkit.errors import (HelperFailedError, InvalidOptionError, LigerKitError, LossKernelConflictError,
+                             ModuleConflictError, NoEffectError, UnknownModuleError, UnsupportedModuleError)
 from ligerkit.kit.families import Family, known_module_names
 from ligerkit.kit.ledger import Ledger, live_layers
 from ligerkit.kit.report import ROUTE_OFFICIAL, Application, Swap
@@ -178,6 +170,19 @@ class _Route:
             found.append(change)
         return found, notes
 
+    def no_tiled_form(self) -> str:
+        """Why ``tiled_mlp=True`` has nothing to tile here: the MLPs with a tiled form, and the ones swapped."""
+        from ligerkit.probe.catalog import CATALOG
+
+        mlps, last = {e.name: e.tiled for e in CATALOG if e.kind == "mlp"}, lambda q: q.rsplit(".", 1)[-1]
+        made = sorted({f"{last(s.original)} -> {last(s.replacement)}" for s in self.patched
+                       if last(s.replacement) in mlps})
+        return (f"tiled_mlp=True, but Liger's helper for {self.family.name!r} swapped no MLP that has a tiled form "
+                f"({', '.join(n for n, tiled in mlps.items() if tiled)}); it swapped {', '.join(made) or 'no MLP'}"
+                f"{(', which has none', ', which have none')[len(made) > 1] if made else ''}"
+                f"{''.join(f'; left {k} off: {why}' for k, why in self.left_off.items())}. Turn swiglu/geglu on "
+                "where the family's MLP is one of those, or drop tiled_mlp.")
+
     def _probe(self, name: str, changes: list) -> None:
         """Compare each swap with its source and note in-place writes the whole model could not check
         (reported, not refused: the choice is Liger's)."""
@@ -249,8 +254,7 @@ def apply_official(
         if silent and strict:
             raise NoEffectError(family.name, silent)
         if tiled_mlp and not route.tiled:
-            raise InvalidOptionError(f"tiled_mlp=True, but Liger's helper for {family.name!r} swapped no MLP that has "
-                                     "a tiled form (LigerSwiGLUMLP, LigerGEGLUMLP); turn swiglu/geglu on, or drop it.")
+            raise InvalidOptionError(route.no_tiled_form())
     except BaseException:
         ledger.revert(keep)
         raise
