@@ -212,8 +212,10 @@ def test_tiled_mlp_that_tiles_nothing_or_meets_a_custom_map_or_compile_is_refuse
     before = vars(modeling_qwen3).copy()
     with pytest.raises(InvalidOptionError, match="swapped no MLP that has a tiled form"):
         kit.apply(model_family="qwen3", modules={"rms_norm": True, "swiglu": False}, tiled_mlp=True)
-    with pytest.raises(InvalidOptionError, match="it swapped no MLP"):
+    with pytest.raises(InvalidOptionError, match="it swapped no MLP: turn swiglu on, or drop tiled_mlp"):
         kit.apply(model_family="qwen3", modules={"rms_norm": True}, tiled_mlp=True)
+    with pytest.raises(InvalidOptionError, match="it swapped no MLP and has no MLP kernel for it: drop tiled_mlp"):
+        kit.apply(model_family="llava", tiled_mlp=True)
     with pytest.raises(InvalidOptionError, match="a custom map names its classes itself"):
         kit.apply(model_family="x", custom_patches={}, tiled_mlp=True)
     with pytest.raises(InvalidOptionError, match="no compile-mode operator"):
@@ -229,5 +231,8 @@ def test_tiled_mlp_on_a_family_whose_mlp_has_no_tiled_form_names_the_swap_it_mad
     with pytest.raises(InvalidOptionError) as raised:
         kit.apply(model_family="phi3", tiled_mlp=True)
     assert "(LigerSwiGLUMLP, LigerGEGLUMLP)" in str(raised.value)
-    assert "it swapped Phi3MLP -> LigerPhi3SwiGLUMLP, which has none" in str(raised.value)
+    assert "it swapped Phi3MLP -> LigerPhi3SwiGLUMLP, which has none: drop tiled_mlp." in str(raised.value)
     assert vars(modeling_phi3) == before and not kit.active
+    with pytest.raises(InvalidOptionError, match="it swapped MixtralExperts -> LigerExperts, which has none"):
+        kit.apply(model_family="mixtral", tiled_mlp=True)  # a mixture of experts' MLPs, swapped under swiglu
+    assert not kit.active

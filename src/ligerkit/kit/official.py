@@ -174,14 +174,16 @@ class _Route:
         """Why ``tiled_mlp=True`` has nothing to tile here: the MLPs with a tiled form, and the ones swapped."""
         from ligerkit.probe.catalog import CATALOG
 
-        mlps, last = {e.name: e.tiled for e in CATALOG if e.kind == "mlp"}, lambda q: q.rsplit(".", 1)[-1]
-        made = sorted({f"{last(s.original)} -> {last(s.replacement)}" for s in self.patched
-                       if last(s.replacement) in mlps})
+        mlps, last = {e.name: e for e in CATALOG if e.kind == "mlp"}, lambda q: q.rsplit(".", 1)[-1]
+        made = sorted({f"{last(s.original)} -> {last(s.replacement)}" for s in self.patched  # experts too
+                       if last(s.replacement) in mlps or s.name in {e.module for e in mlps.values()}})
+        can = sorted(self.family.accepted & {e.module for e in mlps.values()})
+        what = (f"{', '.join(made)}, {('which has', 'which have')[len(made) > 1]} none: drop tiled_mlp" if made else
+                f"no MLP: turn {'/'.join(can)} on, or drop tiled_mlp" if can else
+                "no MLP and has no MLP kernel for it: drop tiled_mlp")
         return (f"tiled_mlp=True, but Liger's helper for {self.family.name!r} swapped no MLP that has a tiled form "
-                f"({', '.join(n for n, tiled in mlps.items() if tiled)}); it swapped {', '.join(made) or 'no MLP'}"
-                f"{(', which has none', ', which have none')[len(made) > 1] if made else ''}"
-                f"{''.join(f'; left {k} off: {why}' for k, why in self.left_off.items())}. Turn swiglu/geglu on "
-                "where the family's MLP is one of those, or drop tiled_mlp.")
+                f"({', '.join(n for n, e in mlps.items() if e.tiled)}); it swapped {what}"
+                f"{''.join(f' (left {k} off: {why})' for k, why in self.left_off.items())}.")
 
     def _probe(self, name: str, changes: list) -> None:
         """Compare each swap with its source and note in-place writes the whole model could not check
