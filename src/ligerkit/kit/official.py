@@ -175,12 +175,12 @@ class _Route:
         from ligerkit.probe.catalog import CATALOG
 
         mlps, last = {e.name: e for e in CATALOG if e.kind == "mlp"}, lambda q: q.rsplit(".", 1)[-1]
-        made = sorted({f"{last(s.original)} -> {last(s.replacement)}" for s in self.patched  # experts too
-                       if last(s.replacement) in mlps or s.name in {e.module for e in mlps.values()}})
-        can = sorted(self.family.accepted & {e.module for e in mlps.values()})
+        kinds = {e.module for e in mlps.values()}  # swiglu, geglu: the experts swapped under them count too
+        made = sorted({f"{last(s.original)} -> {last(s.replacement)}" for s in self.patched
+                       if last(s.replacement) in mlps or s.name in kinds})
+        can = sorted(self.family.accepted & kinds - set(self.left_off))  # a module left off is said below
         what = (f"{', '.join(made)}, {('which has', 'which have')[len(made) > 1]} none: drop tiled_mlp" if made else
-                f"no MLP: turn {'/'.join(can)} on, or drop tiled_mlp" if can else
-                "no MLP and has no MLP kernel for it: drop tiled_mlp")
+                f"no MLP: turn {'/'.join(can)} on, or drop tiled_mlp" if can else "no MLP it could tile: drop it")
         return (f"tiled_mlp=True, but Liger's helper for {self.family.name!r} swapped no MLP that has a tiled form "
                 f"({', '.join(n for n, e in mlps.items() if e.tiled)}); it swapped {what}"
                 f"{''.join(f' (left {k} off: {why})' for k, why in self.left_off.items())}.")
