@@ -203,7 +203,7 @@ def step1_grads(kind: str, ckpt: Path, liger: bool, fused: bool, dtype: torch.dt
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = (load_model(ckpt, dtype=dtype) if liger else
-             AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype, local_files_only=True))
+             AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype, local_files_only=True, use_kernels=False))
     common = dict(output_dir=str(work / f"grads_{kind}"), max_steps=1, per_device_train_batch_size=args.batch,
                   learning_rate=1e-4, max_grad_norm=0.0, report_to=[], save_strategy="no", seed=0,
                   use_cpu=device == "cpu", bf16=dtype == torch.bfloat16, logging_steps=1)

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if liger:
         model = load_model(path, dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        # Liger off stays eager: no hub kernels (transformers 5.25 turns them on by default)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, use_kernels=False)
     if not a.model:
         accelerator.wait_for_everyone()  # every process has loaded it: the temporary folder goes
         if accelerator.is_main_process:

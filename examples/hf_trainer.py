@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None, callbacks: list[Any] | None = None) -> d
     if liger:
         model = load_model(path, dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        # Liger off stays eager: no hub kernels (transformers 5.25 turns them on by default)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, use_kernels=False)
     args = TrainingArguments(
         output_dir=a.output_dir or tempfile.mkdtemp(prefix="hf_trainer_"), max_steps=a.steps,
         per_device_train_batch_size=a.batch, gradient_accumulation_steps=a.grad_accum, learning_rate=a.lr,

@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if liger:
         model = load_model(path, dtype=dtype, device=device)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
+        # Liger off stays eager: no hub kernels (transformers 5.25 turns them on by default)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True,
+                                                     use_kernels=False).to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr)
     data = samples(a.steps * a.grad_accum * a.batch, a.seq_len)

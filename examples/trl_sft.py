@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None, callbacks: list[Any] | None = None) -> d
     if liger:
         model = load_model(path, dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        # Liger off stays eager: no hub kernels (transformers 5.25 turns them on by default)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, use_kernels=False)
     # Token ids, no padding: TRL's collator pads each batch and sets the labels (-100 on padding).
     rows = [{"input_ids": s["input_ids"][s["attention_mask"].bool()].tolist()} for s in samples(256, a.seq_len)]
     config = SFTConfig(

@@ -85,6 +85,19 @@ def kit():
     k.revert()
 
 
+@pytest.fixture(autouse=True)
+def _gpu_memory_given_back(request):
+    """After a GPU test, its compiled graphs and cached GPU blocks go: later tests (and the processes they
+    start, which share the card) get the whole card, as on an 80 GB one the suite needs."""
+    yield
+    if "gpu" in request.keywords and torch.cuda.is_available():
+        import gc
+
+        torch._dynamo.reset()
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked ``gpu`` when there is no CUDA device."""
     if torch.cuda.is_available():

@@ -186,7 +186,7 @@ def test_the_callback_finds_the_kit_of_a_model_scanned_by_it(tmp_path):
     kit = LigerKernelKit()
     kit.apply(ckpt, modules="auto")  # the README's own snippet: apply, build, scan
     try:
-        model = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True, use_kernels=False)
         scan = kit.scan(model)
         args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2,
                                  report_to=[], use_cpu=True, save_strategy="no")

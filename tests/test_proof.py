@@ -677,3 +677,22 @@ def test_the_gradient_proof_holds_one_model_at_a_time(monkeypatch, form):
                                      {"a": off, "b": off}, torch.device("cpu"))
     assert len(built) == 3 and list(out) == ["float32", "a", "b"]
     assert out["a"].errors and all(e < 1e-2 for e in out["a"].errors.values())
+
+
+def test_an_arm_starts_after_this_process_gives_its_cached_cuda_blocks_back(monkeypatch):
+    import subprocess
+    import types
+
+    import torch
+
+    events = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty_cache"))
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: events.append("arm") or types.SimpleNamespace(
+        returncode=0, stdout='{"losses": [1.0]}', stderr=""))
+    assert arm_runs.run_arm(GPU_CONFIG, ["train.steps=1"]) == {"losses": [1.0]}
+    assert events == ["empty_cache", "arm"]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # CUDA never used here: nothing to give back
+    events.clear()
+    arm_runs.run_arm(GPU_CONFIG, ["train.steps=1"])
+    assert events == ["arm"]

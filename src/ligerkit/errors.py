@@ -145,6 +145,10 @@ class LateApplyError(LigerKitError):
     """The built model still contains instances of classes the kit replaced."""
 
 
+class HubKernelsError(LigerKitError):
+    """transformers' hub kernels (``use_kernels``) are on for a model the kit scans: outside its proof."""
+
+
 class RevertError(LigerKitError):
     """A patched symbol was changed by someone else since the kit patched it."""
 

@@ -246,7 +246,8 @@ def build_model(config: Any, cls: type | None = None, *, path: str | os.PathLike
     from ``config``.
 
     With ``path``, the local checkpoint there with its weights (``from_pretrained``, never a download,
-    with the keywords of the ``from_pretrained`` mapping); else randomly initialized from ``config``
+    with the keywords of the ``from_pretrained`` mapping, transformers' hub kernels off unless it names
+    ``use_kernels``: :func:`hub_kernels_off`); else randomly initialized from ``config``
     (``cls._from_config`` for a transformers class, ``cls(config)`` for any other module class). In
     ``dtype`` where given, created under ``torch.device(device)`` where given (``"meta"``: no memory, no
     weights); ``quiet`` silences Python's and transformers' warnings. Whatever the build raises is raised
@@ -261,11 +262,22 @@ def build_model(config: Any, cls: type | None = None, *, path: str | os.PathLike
             warnings.simplefilter("ignore")
         if path is not None:
             return cls.from_pretrained(str(path), config=config, local_files_only=True, dtype=dtype,
-                                       **(from_pretrained or {}))
+                                       **{**hub_kernels_off(cls), **(from_pretrained or {})})
         if not (hasattr(cls, "_from_config") and hasattr(cls, "config_class")):  # a plain nn.Module class
             model = cls(config)
             return model.to(dtype) if dtype is not None else model
         return cls._from_config(config, dtype=dtype) if dtype is not None else cls._from_config(config)
+
+
+def hub_kernels_off(cls: type) -> dict[str, Any]:
+    """``{"use_kernels": False}`` for a transformers class whose ``from_pretrained`` takes it, else ``{}``.
+
+    From transformers 5.25, ``from_pretrained`` turns hub kernels on by default where the ``kernels``
+    package is installed, and they replace forwards whenever the model is set to train or eval on a GPU:
+    ligerkit's builds keep them off, so a model computes what the kit's swaps and proofs assume (the
+    kit's scan refuses a model with them on).
+    """
+    return {"use_kernels": False} if hasattr(cls, "set_use_kernels") else {}
 
 
 def build_meta_model(config: Any) -> Any:

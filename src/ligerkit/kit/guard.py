@@ -6,7 +6,8 @@ inside ``train()`` (binding Liger's fused-linear-cross-entropy forward, the loss
 keeps off); a second ``apply_liger_kernel_to_*`` call rebinds classes; someone reverts the kit while
 the model lives. The guard is a forward pre-hook that checks once, at the first forward, then
 removes itself. It refuses what changes the kit's swaps or turns Liger's kernels on behind its back
-(:class:`ForeignPatchError`, :class:`RevertedKitError`), and records other wrappers (an accelerate
+(:class:`ForeignPatchError`, :class:`RevertedKitError`) and transformers' hub kernels turned on after the
+scan (:class:`HubKernelsError`), and records other wrappers (an accelerate
 autocast wrapper, TRL's own LM head) in the scan instead. A forward that would reach one of Liger's
 kernels with the model on the CPU is refused with :class:`LigerNeedsAcceleratorError` (Triton's own
 error there says nothing about why); the check repeats until a forward passes.
@@ -23,7 +24,7 @@ from torch import nn
 
 from ligerkit.environment import NEEDS_ACCELERATOR
 from ligerkit.errors import ForeignPatchError, LigerNeedsAcceleratorError, RevertedKitError
-from ligerkit.kit.scan import ScanResult
+from ligerkit.kit.scan import ScanResult, refuse_hub_kernels
 from ligerkit.kit.snapshot import Snapshot, current, owner_label
 from ligerkit.naming import qualified_name
 
@@ -125,10 +126,12 @@ class FirstForwardGuard:
         return [e for e in self.entries if id(e) not in live]
 
     def check(self, model: nn.Module) -> None:
-        """Raise :class:`RevertedKitError` or :class:`ForeignPatchError`; record other wrappers."""
+        """Raise :class:`RevertedKitError`, :class:`HubKernelsError` or :class:`ForeignPatchError`; record
+        other wrappers."""
         gone = self.reverted()
         if gone:
             raise reverted_error(gone)
+        refuse_hub_kernels(model, "at its first forward")
         problems: list[str] = []
         for entry in self.entries:
             now = current(entry.owner, entry.attr)

@@ -3,7 +3,9 @@
 A class swap only matters if the model's submodules are instances of the replacement. A submodule
 still of an original class means the kit ran after the model was built, or another code path
 built that module (a stale ``from modeling_x import XRMSNorm`` binding, say). The scan also lists
-such stale bindings: loaded modules whose globals still hold an original the kit swapped out.
+such stale bindings: loaded modules whose globals still hold an original the kit swapped out. It
+refuses a model with transformers' hub kernels on (:func:`hub_kernels`): they swap forwards after the
+build, outside the kit's ledger and its proof.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ligerkit.errors import LateApplyError
+from ligerkit.errors import HubKernelsError, LateApplyError
 from ligerkit.kit.ledger import Entry
 from ligerkit.naming import MISSING, qualified_name
 
@@ -116,8 +118,44 @@ def find_stale(entries: list[Entry]) -> tuple[StaleBinding, ...]:
     return tuple(sorted(set(found), key=lambda s: (s.module, s.attr)))
 
 
+def hub_kernels(model: Any) -> list[str]:
+    """What of transformers' hub kernels (the ``kernels`` package's ``kernelize``) ``model`` carries, one
+    finding a line: the ``use_kernels`` switch of a transformers model in it, when on (transformers kernelizes
+    the model again whenever it is set to train or to eval), and the submodules whose forward a hub kernel already replaced (``kernels``
+    marks each with ``_kernel_repo``). Empty for a model without them."""
+    found = []
+    switched = [path or "model" for path, module in model.named_modules()  # a wrapper's transformers model too
+                if hasattr(type(module), "set_use_kernels") and getattr(module, "use_kernels", False) is True]
+    if switched:
+        found.append("use_kernels=True" + ("" if switched == ["model"] else f" on {', '.join(switched[:3])}"))
+    replaced = [path or "model" for path, module in model.named_modules() if "_kernel_repo" in vars(module)]
+    if replaced:
+        found.append(f"a hub kernel's forward already on {len(replaced)} module(s): {', '.join(replaced[:4])}"
+                     + (" ..." if len(replaced) > 4 else ""))
+    return found
+
+
+def refuse_hub_kernels(model: Any, when: str) -> None:
+    """Raise :class:`~ligerkit.errors.HubKernelsError` if ``model`` carries hub kernels (:func:`hub_kernels`);
+    ``when`` says where the check ran ("at the scan", "at its first forward")."""
+    found = hub_kernels(model)
+    if found:
+        raise HubKernelsError(
+            "Load the model with from_pretrained(..., use_kernels=False) (or set USE_HUB_KERNELS=0 in the "
+            "environment before loading, or model.use_kernels = False before kit.scan(model)); "
+            "ligerkit.integrations.load_model and ligerkit's own builds do. transformers' hub kernels are on for "
+            f"this model {when} ({'; '.join(found)}): whenever the model is set to train or to eval on a GPU, they "
+            "replace the forward of its norms, rotary and activations with kernels fetched from the Hugging Face "
+            "Hub (what trains then depends on the network), after the kit's swaps and outside its proof. "
+            "from_pretrained turns them on by default from transformers 5.25 where the `kernels` package is "
+            "installed."
+        )
+
+
 def scan_model(model: Any, entries: list[Entry], strict: bool = True) -> ScanResult:
-    """Check a built model against the kit's class swaps; raise on leftovers when ``strict``."""
+    """Check a built model against the kit's class swaps; raise on leftovers when ``strict`` and, always,
+    on transformers' hub kernels (:func:`refuse_hub_kernels`)."""
+    refuse_hub_kernels(model, "at the scan")
     swaps = _class_swaps(entries)
     originals = {id(e.source): e for e in swaps}
     replacements = {id(e.replacement): e for e in swaps}
