@@ -120,9 +120,10 @@ def find_stale(entries: list[Entry]) -> tuple[StaleBinding, ...]:
 
 def hub_kernels(model: Any) -> list[str]:
     """What of transformers' hub kernels (the ``kernels`` package's ``kernelize``) ``model`` carries, one
-    finding a line: the ``use_kernels`` switch of a transformers model in it, when on (transformers kernelizes
-    the model again whenever it is set to train or to eval), and the submodules whose forward a hub kernel already replaced (``kernels``
-    marks each with ``_kernel_repo``). Empty for a model without them."""
+    finding a line: the ``use_kernels`` switch of a transformers model in it, when on (transformers
+    kernelizes the model again whenever it is set to train or to eval), and the submodules whose forward a
+    hub kernel already replaced (``kernels`` marks each with ``_kernel_repo``). Empty for a model without
+    them."""
     found = []
     switched = [path or "model" for path, module in model.named_modules()  # a wrapper's transformers model too
                 if hasattr(type(module), "set_use_kernels") and getattr(module, "use_kernels", False) is True]
@@ -144,8 +145,8 @@ def refuse_hub_kernels(model: Any, when: str) -> None:
             "Load the model with from_pretrained(..., use_kernels=False) (or set USE_HUB_KERNELS=0 in the "
             "environment before loading, or model.use_kernels = False before kit.scan(model)); "
             "ligerkit.integrations.load_model and ligerkit's own builds do. transformers' hub kernels are on for "
-            f"this model {when} ({'; '.join(found)}): whenever the model is set to train or to eval on a GPU, they "
-            "replace the forward of its norms, rotary and activations with kernels fetched from the Hugging Face "
+            f"this model {when} ({'; '.join(found)}): when it is loaded onto a GPU or set to train or eval there, "
+            "they replace the forward of its norms, rotary and activations with kernels fetched from the Hugging Face "
             "Hub (what trains then depends on the network), after the kit's swaps and outside its proof. "
             "from_pretrained turns them on by default from transformers 5.25 where the `kernels` package is "
             "installed."
