@@ -91,11 +91,10 @@ def _gpu_memory_given_back(request):
     start, which share the card) get the whole card, as on an 80 GB one the suite needs."""
     yield
     if "gpu" in request.keywords and torch.cuda.is_available():
-        import gc
+        from ligerkit.proof.arm_runs import give_back_cuda_cache
 
         torch._dynamo.reset()
-        gc.collect()
-        torch.cuda.empty_cache()
+        give_back_cuda_cache()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -269,15 +269,17 @@ def build_model(config: Any, cls: type | None = None, *, path: str | os.PathLike
         return cls._from_config(config, dtype=dtype) if dtype is not None else cls._from_config(config)
 
 
-def hub_kernels_off(cls: type) -> dict[str, Any]:
-    """``{"use_kernels": False}`` for a transformers class whose ``from_pretrained`` takes it, else ``{}``.
+def has_hub_kernels_switch(cls: type) -> bool:
+    """Whether ``cls`` is a transformers model class with the hub-kernels switch (``use_kernels``)."""
+    return hasattr(cls, "set_use_kernels")
 
-    From transformers 5.25, ``from_pretrained`` turns hub kernels on by default where the ``kernels``
-    package is installed, and they replace forwards whenever the model is set to train or eval on a GPU:
-    ligerkit's builds keep them off, so a model computes what the kit's swaps and proofs assume (the
-    kit's scan refuses a model with them on).
-    """
-    return {"use_kernels": False} if hasattr(cls, "set_use_kernels") else {}
+
+def hub_kernels_off(cls: type) -> dict[str, Any]:
+    """``{"use_kernels": False}`` for a class with the switch (:func:`has_hub_kernels_switch`), else ``{}``.
+    From transformers 5.25, ``from_pretrained`` turns hub kernels on by default (with ``kernels`` installed),
+    and they replace forwards when the model is set to train or eval on a GPU: ligerkit's builds keep them
+    off, so a model computes what the kit's swaps and proofs assume (the scan refuses one with them on)."""
+    return {"use_kernels": False} if has_hub_kernels_switch(cls) else {}
 
 
 def build_meta_model(config: Any) -> Any:

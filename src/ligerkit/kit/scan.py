@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ligerkit.errors import HubKernelsError, LateApplyError
+from ligerkit.hf import has_hub_kernels_switch
 from ligerkit.kit.ledger import Entry
 from ligerkit.naming import MISSING, qualified_name
 
@@ -126,7 +127,7 @@ def hub_kernels(model: Any) -> list[str]:
     them."""
     found = []
     switched = [path or "model" for path, module in model.named_modules()  # a wrapper's transformers model too
-                if hasattr(type(module), "set_use_kernels") and getattr(module, "use_kernels", False) is True]
+                if has_hub_kernels_switch(type(module)) and getattr(module, "use_kernels", False) is True]
     if switched:
         found.append("use_kernels=True" + ("" if switched == ["model"] else f" on {', '.join(switched[:3])}"))
     replaced = [path or "model" for path, module in model.named_modules() if "_kernel_repo" in vars(module)]

@@ -10,7 +10,6 @@ sample, and then undone: the kit reverted and every compiled graph forgotten.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -23,6 +22,7 @@ from torch._dynamo.utils import counters
 
 from ligerkit.loss import valid_tokens
 from ligerkit.probe.tolerance import relative_error
+from ligerkit.proof.arm_runs import give_back_cuda_cache
 from ligerkit.proof.grads import gradients
 from ligerkit.train.recipe.adapters import perturb_zero_adapters
 from ligerkit.compile.layers import compile_layers, reset_compiled
@@ -105,8 +105,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
     truth_engine.model = None
     del model
     if device.type == "cuda":
-        gc.collect()  # a model in a reference cycle would hold its memory until the collector's next pass
-        torch.cuda.empty_cache()
+        give_back_cuda_cache()  # collected first: a model in a reference cycle would hold its memory
     out = {"float32": ArmGrads("float32", loss32, {k: 0.0 for k in truth}, losses=[*losses32, loss32],
                                not_compared=missing)}
     for name, arm in arms.items():
@@ -134,8 +133,7 @@ def recipe_arm_grads(config: str | Path, overrides: Sequence[str], arms: Mapping
                 engine.liger_kit.revert()
             reset_compiled()
             if device.type == "cuda":
-                gc.collect()
-                torch.cuda.empty_cache()
+                give_back_cuda_cache()
     return out
 
 
