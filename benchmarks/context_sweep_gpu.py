@@ -33,7 +33,9 @@ recommendation take the newest kept check that covers the run's arms and was mea
 setting (read, never measured), else none.
 With ``--breakdown``, a complete search also says where each arm's memory goes at its longest length
 (``benchmarks/memory_gpu.py --saved``: weights, states, what the forward keeps by kind of module, the
-peak).
+peak), in one process per arm whose first step, the one that makes the optimizer states, is a short one
+(``BREAKDOWN_FIRST_STEP`` tokens): about one trial step's time at the longest length, so a length whose
+trial ran in parts (``--split``) gets its breakdown too.
 
     python benchmarks/context_sweep_gpu.py --out $OUT/context.jsonl [--recipe qwen3] \
         [--arms eager+ckpt,liger_fused,liger_fused+offload] [--start 4096] [--limit 1048576] [--deadline 540] \
@@ -165,10 +167,16 @@ def refuse_another_setting(out: Path, recorded: list, setting: dict,
                          f"lines, --steps and {ALLOC_CONF}).")
 
 
+BREAKDOWN_FIRST_STEP = 4096  # tokens of the breakdown's first step, which only makes the optimizer states
+
+
 def breakdown(config: Path, spec: str, seq_len: int, extra: list[str]) -> dict:
-    """Where ``spec``'s memory goes at ``seq_len``: ``memory_gpu.py --saved`` in a process of its own (its
-    JSON line, with ``seq_len``), or ``{"seq_len": ..., "error": ...}`` with its last line of errors."""
-    cmd = [sys.executable, str(Path(__file__).with_name("memory_gpu.py")), str(config), "--saved"]
+    """Where ``spec``'s memory goes at ``seq_len``: ``memory_gpu.py --saved`` in a process of its own, its
+    first step at ``BREAKDOWN_FIRST_STEP`` tokens (or ``seq_len``, if shorter) and the measured one at
+    ``seq_len`` (its JSON line, with ``seq_len``), or ``{"seq_len": ..., "error": ...}`` with its last line of
+    errors."""
+    cmd = [sys.executable, str(Path(__file__).with_name("memory_gpu.py")), str(config), "--saved",
+           "--first-step-tokens", str(min(seq_len, BREAKDOWN_FIRST_STEP))]
     for line in trial_overrides(spec, seq_len, extra):
         cmd += ["--set", line]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -216,7 +224,8 @@ def main() -> None:
                                        "(default: runs/context_sweep)")
     parser.add_argument("--breakdown", action="store_true",
                         help="once the search is complete, where each arm's memory goes at its longest length "
-                             "(benchmarks/memory_gpu.py --saved, one process per arm) into OUT's .breakdown.json")
+                             "(benchmarks/memory_gpu.py --saved, one process per arm: a short step, then the "
+                             "measured one at that length) into OUT's .breakdown.json")
     args = parser.parse_args()
     trial_limit = args.deadline if args.trial_limit is None else args.trial_limit
     if args.deadline <= 0 or trial_limit <= 0:
@@ -454,10 +463,11 @@ def main() -> None:
             longest = result[arm]["longest_fit"]
             if longest is None or measured.get(arm, {}).get("seq_len") == longest:
                 continue
-            guess = predicted_seconds([t for t in trials if t.arm == arm], longest, 2)  # memory_gpu: two steps
-            if (guess or 0.0) > args.deadline:  # one process of two steps: no rerun of this command can take it
-                print(f"no breakdown of {arm} at {longest:,} tokens: it takes about {guess:,.0f} s (two steps in "
-                      f"one process), more than --deadline {args.deadline:g} s allows")
+            # one process: a short step, then one at the longest length (the short one's time left out)
+            guess = predicted_seconds([t for t in trials if t.arm == arm], longest, args.steps, of=1)
+            if (guess or 0.0) > args.deadline:  # no rerun of this command can take it
+                print(f"no breakdown of {arm} at {longest:,} tokens: it takes about {guess:,.0f} s (a step at that "
+                      f"length in a process of its own), more than --deadline {args.deadline:g} s allows")
                 continue
             if time.monotonic() - began + (guess or 0.0) > args.deadline:
                 print("breakdown stopped at the deadline: rerun the same command to continue")

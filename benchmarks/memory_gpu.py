@@ -2,7 +2,9 @@
 
 Builds the recipe's model through the trainer (kit.apply, build, scan; compiled per layer as the trainer
 compiles it when ``train.compile`` asks for it), runs one optimizer step so
-the AdamW states exist, then measures the first micro-batch of the second step: weights, optimizer states,
+the AdamW states exist (with ``--first-step-tokens N``, on micro-batches of N tokens: the states' size does
+not depend on the length, and at a long one this halves the run), then measures the first micro-batch of
+the second step, at ``data.seq_len``: weights, optimizer states,
 the gradients held from earlier micro-batches (only when the step has several: with one, they appear
 during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
@@ -45,8 +47,16 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--saved", action="store_true", help="also break what the forward keeps down by kind of module and by producer")
+    parser.add_argument("--first-step-tokens", type=int, metavar="N",
+                        help="run the step that creates the optimizer states on micro-batches of N tokens "
+                             "(default: data.seq_len, the measured length)")
     args = parser.parse_args()
+    if args.first_step_tokens is not None and args.first_step_tokens <= 0:
+        parser.error(f"--first-step-tokens takes a length above 0 (got {args.first_step_tokens})")
     engine = load_engine(args.config, args.overrides)
+    # the first step's micro-batches, from the same config at that length (the model is built once, below)
+    first_step = (engine if args.first_step_tokens is None else
+                  load_engine(args.config, [*args.overrides, f"data.seq_len={args.first_step_tokens}"]))
     device = torch.device("cuda")
     try:
         trainer = Trainer(engine)
@@ -58,7 +68,7 @@ def main() -> None:
                             engine.recomputes_glu_products, engine.recomputes_norm_outputs)
         optimizer = trainer.optimizer(module)
         vocab = model.get_output_embeddings().weight.shape[0]
-        trainer.train_step(module, optimizer, trainer.micro_batches(0, vocab), device)
+        trainer.train_step(module, optimizer, Trainer(first_step).micro_batches(0, vocab), device)
         torch.cuda.synchronize()
         states = torch.cuda.memory_allocated() / GIB - weights
         first, *rest = trainer.micro_batches(1, vocab)
@@ -88,7 +98,8 @@ def main() -> None:
         peak = torch.cuda.max_memory_allocated() / GIB
     finally:
         engine.liger_kit.revert()
-    print(json.dumps({"config": args.config, "overrides": args.overrides, "weights_gib": weights,
+    print(json.dumps({"config": args.config, "overrides": args.overrides,
+                      "first_step_tokens": first_step.config.data.seq_len, "weights_gib": weights,
                       "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
                       "host_offloaded_gib": ((engine.offload.bytes_offloaded - offloaded) / GIB

@@ -187,8 +187,14 @@ def test_the_sweeps_breakdown_runs_memory_gpu_with_the_trials_lines_and_keeps_it
     assert cmd[:4] == [sys.executable, str(path.with_name("memory_gpu.py")), "cfg.yaml", "--saved"]
     sets = [cmd[i + 1] for i, part in enumerate(cmd) if part == "--set"]
     assert sets[0] == "train.seed=1" and "train.activation_checkpointing=offload" in sets and "data.seq_len=4096" in sets
+    # the step that makes the optimizer states runs short: never longer than the measured length
+    assert cmd[cmd.index("--first-step-tokens") + 1] == str(min(4096, script.BREAKDOWN_FIRST_STEP))
     assert script.breakdown(Path("cfg.yaml"), "eager", 4096, []) == {
         "seq_len": 4096, "error": "torch.OutOfMemoryError: CUDA out of memory"}
+    script.breakdown(Path("cfg.yaml"), "eager", 10 * script.BREAKDOWN_FIRST_STEP, [])
+    cmd = calls[-1]
+    assert cmd[cmd.index("--first-step-tokens") + 1] == str(script.BREAKDOWN_FIRST_STEP)
+    assert f"data.seq_len={10 * script.BREAKDOWN_FIRST_STEP}" in cmd
 
 
 def test_each_sweep_arms_step1_gradients_are_judged_against_the_reference_arm_on_the_cpu():
@@ -985,12 +991,19 @@ def test_a_trial_in_parts_trains_the_same_two_steps_as_one_process_bit_for_bit(m
     assert [r["loss"] for r in metrics_rows(folder, 9)] == [s["loss"] for s in whole["steps"]]
 
 
-def test_a_breakdown_longer_than_the_deadline_is_said_not_left_for_a_rerun(monkeypatch, tmp_path, capsys):
+def test_a_length_measured_in_parts_gets_its_breakdown_and_one_past_the_deadline_is_said(monkeypatch, tmp_path,
+                                                                                          capsys):
     import json
     import sys
 
     script = sweep_script("context_sweep_gpu_split_breakdown")
     split_runs(script, monkeypatch)
+    measured = []
+
+    def breakdown(config, arm, seq_len, extra):
+        measured.append((arm, seq_len))
+        return {"seq_len": seq_len, "weights_gib": 1.0}
+
     monkeypatch.setattr(script, "breakdown", lambda *a: pytest.fail("a breakdown ran past the deadline"))
     out = tmp_path / "sweep.jsonl"
     argv = ["context_sweep_gpu.py", "--out", str(out), "--arms", "eager", "--start", "4096", "--limit", "16384",
@@ -998,9 +1011,18 @@ def test_a_breakdown_longer_than_the_deadline_is_said_not_left_for_a_rerun(monke
     monkeypatch.setattr(sys, "argv", [*argv, "--deadline", "400"])
     script.main()  # step 1 of 16384
     monkeypatch.setattr(sys, "argv", [*argv, "--deadline", "300"])
-    script.main()  # the other step (170 s); a breakdown there is two steps in one process: 10 + 2 x 160 s
+    script.main()  # the other step (170 s); the breakdown, a step at 16384 in a process: 10 + 160 s, past 300
     said = capsys.readouterr().out
-    assert "no breakdown of eager at 16,384 tokens: it takes about 330 s" in said and "rerun" not in said.split(
-        "complete")[-1]
+    assert "breakdown stopped at the deadline: rerun the same command to continue" in said
     assert json.loads(out.with_suffix(".summary.json").read_text())["complete"] is True
     assert not out.with_suffix(".breakdown.json").exists()
+    monkeypatch.setattr(sys, "argv", [*argv, "--deadline", "100"])
+    script.main()  # a deadline no rerun of this command can meet: said, not left for a rerun
+    said = capsys.readouterr().out
+    assert "no breakdown of eager at 16,384 tokens: it takes about 170 s" in said and "rerun" not in said
+    assert not out.with_suffix(".breakdown.json").exists()
+    monkeypatch.setattr(script, "breakdown", breakdown)
+    monkeypatch.setattr(sys, "argv", [*argv, "--deadline", "300"])
+    script.main()  # the rerun: the search is complete, the breakdown fits
+    assert measured == [("eager", 16384)]
+    assert json.loads(out.with_suffix(".breakdown.json").read_text())["eager"]["seq_len"] == 16384
