@@ -4,7 +4,8 @@ Builds the recipe's model through the trainer (kit.apply, build, scan; compiled 
 compiles it when ``train.compile`` asks for it), runs one optimizer step so
 the AdamW states exist (with ``--first-step-tokens N``, on micro-batches of N tokens: the states' size does
 not depend on the length, and at a long one this halves the run), then measures the first micro-batch of
-the second step, at ``data.seq_len``: weights, optimizer states,
+the second step, at ``data.seq_len``: cuBLAS's workspaces (allocated first, ``workspace_gib``), weights,
+optimizer states,
 the gradients held from earlier micro-batches (only when the step has several: with one, they appear
 during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
@@ -35,10 +36,30 @@ import torch
 
 from ligerkit.train import Trainer, load_engine, set_up_model
 from ligerkit.train.config.compile_mode import COMPILED
+from ligerkit.proof.arm_runs import clear_cublas_workspaces
 from ligerkit.proof.saved_census import SavedCensus
 from ligerkit.train.step import StepModule, device_batch
 
 GIB = 2**30
+
+
+def library_workspaces(device: torch.device) -> tuple[float, float]:
+    """What is allocated without cuBLAS's workspaces, then those of this thread's stream (GiB).
+
+    PyTorch's allocator hands cuBLAS a workspace per handle (one a thread) and stream at its first matrix
+    product there; the set-up's in-place checks (run when the kit's verdict cache is cold) leave theirs.
+    They are given back, then made again by small products in the step's dtypes, so they are counted apart
+    from the weights, the same whatever ran before (the backward's thread makes its own in the first step,
+    among the optimizer states)."""
+    clear_cublas_workspaces()
+    without = torch.cuda.memory_allocated()
+    for dtype in (torch.bfloat16, torch.float32):
+        a = torch.ones(64, 64, device=device, dtype=dtype)
+        a @ a
+        torch.nn.functional.linear(a, a, a[0])  # with a bias: cublasLt's workspace
+        del a
+    torch.cuda.synchronize()
+    return without / GIB, (torch.cuda.memory_allocated() - without) / GIB
 
 
 def main() -> None:
@@ -63,14 +84,14 @@ def main() -> None:
         model = set_up_model(engine, device)
         if engine.config.train.compile in COMPILED:  # compiling changes what the forward keeps
             trainer.compile_model(model)
-        weights = torch.cuda.memory_allocated() / GIB
+        weights, workspace = library_workspaces(device)
         module = StepModule(engine, model, engine.loss, engine.config.train.autocast_bf16,
                             engine.recomputes_glu_products, engine.recomputes_norm_outputs)
         optimizer = trainer.optimizer(module)
         vocab = model.get_output_embeddings().weight.shape[0]
         trainer.train_step(module, optimizer, Trainer(first_step).micro_batches(0, vocab), device)
         torch.cuda.synchronize()
-        states = torch.cuda.memory_allocated() / GIB - weights
+        states = torch.cuda.memory_allocated() / GIB - workspace - weights
         first, *rest = trainer.micro_batches(1, vocab)
         batch = device_batch(first, device, engine.config.train.drop_right_padding_mask)
         # with several micro-batches a step, the earlier ones' gradients are held while the next one
@@ -80,7 +101,7 @@ def main() -> None:
             p.grad = torch.zeros_like(p) if held and p.requires_grad else None
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
-        grads = before / GIB - weights - states
+        grads = before / GIB - workspace - weights - states
         census = SavedCensus(model) if args.saved else None
         if census is not None:
             module.within = lambda: census  # entered inside the recompute keys' hooks
@@ -99,7 +120,8 @@ def main() -> None:
     finally:
         engine.liger_kit.revert()
     print(json.dumps({"config": args.config, "overrides": args.overrides,
-                      "first_step_tokens": first_step.config.data.seq_len, "weights_gib": weights,
+                      "first_step_tokens": first_step.config.data.seq_len, "workspace_gib": workspace,
+                      "weights_gib": weights,
                       "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
                       "host_offloaded_gib": ((engine.offload.bytes_offloaded - offloaded) / GIB

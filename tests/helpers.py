@@ -16,7 +16,7 @@ GPU_SHAPE = ["model.config={hidden_size: 512, intermediate_size: 2048, num_hidde
              "num_key_value_heads: 4, head_dim: 64}", "data.seq_len=1024", "train.micro_batch_size=2",
              "train.global_batch_size=2", "model.dtype=bfloat16"]
 """The qwen3 recipe's model at a width where what the forward keeps is large enough to see (GPU tests)."""
-RECIPES = ["qwen3", "qwen3_vl", "custom_lm", "vendored_llm", "composite_vlm", "diffllama"]
+RECIPES = sorted(p.parent.name for p in Path(__file__).resolve().parents[1].glob("recipes/*/configs"))
 """Every shipped recipe (GPU tests that sweep them)."""
 RECIPE_SETS = ["model.liger_kernel.fallback=custom"]
 """What GPU tests that sweep the recipes set: a family whose Liger helper fails on the installed versions

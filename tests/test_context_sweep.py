@@ -150,7 +150,8 @@ def test_the_breakdown_table_has_a_column_per_arm_the_kinds_of_every_arm_and_nam
         "eager+ckpt": {"seq_len": 8192, "weights_gib": 15.0, "optimizer_states_gib": 0.1, "grads_gib": 0.0,
                        "saved_by_forward_gib": 2.5, "host_offloaded_gib": 0.0, "micro_batch_peak_gib": 40.25,
                        "saved_by_kind": {"checkpointed layer inputs": {"gib": 2.25}, "loss and the top model": {"gib": 0.25}}},
-        "liger_fused+offload": {"seq_len": 98304, "weights_gib": 15.0, "optimizer_states_gib": 0.1, "grads_gib": 0.0,
+        "liger_fused+offload": {"seq_len": 98304, "workspace_gib": 0.0322, "weights_gib": 15.0,
+                                "optimizer_states_gib": 0.1, "grads_gib": 0.0,
                                 "saved_by_forward_gib": 1.0, "host_offloaded_gib": 27.0, "micro_batch_peak_gib": 60.0,
                                 "saved_by_kind": {"norm": {"gib": 0.5}}},
         "liger_fused": {"seq_len": 65536, "error": "torch.OutOfMemoryError: CUDA out of memory"},
@@ -158,6 +159,7 @@ def test_the_breakdown_table_has_a_column_per_arm_the_kinds_of_every_arm_and_nam
     lines = table.splitlines()
     assert lines[0] == "| GiB | eager+ckpt at 8,192 | liger_fused+offload at 98,304 | liger_fused at 65,536 |"
     assert "| in host memory (offload) | 0.00 | 27.00 | - |" in lines
+    assert "| cuBLAS workspaces | - | 0.03 | - |" in lines  # a line from before memory_gpu.py reported them: "-"
     assert "| peak of the step | 40.25 | 60.00 | - |" in lines
     assert "| forward keeps: checkpointed layer inputs | 2.25 | 0.00 | - |" in lines
     assert "| forward keeps: norm | 0.00 | 0.50 | - |" in lines

@@ -687,11 +687,14 @@ def test_an_arm_starts_after_this_process_gives_its_cached_cuda_blocks_back(monk
 
     events = []
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("synchronize"))
+    # cuBLAS's workspaces (CUDA builds only) would keep the segments they were cut from
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: events.append("workspaces"), raising=False)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty_cache"))
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: events.append("arm") or types.SimpleNamespace(
         returncode=0, stdout='{"losses": [1.0]}', stderr=""))
     assert arm_runs.run_arm(GPU_CONFIG, ["train.steps=1"]) == {"losses": [1.0]}
-    assert events == ["empty_cache", "arm"]
+    assert events == ["synchronize", "workspaces", "empty_cache", "arm"]
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # CUDA never used here: nothing to give back
     events.clear()
     arm_runs.run_arm(GPU_CONFIG, ["train.steps=1"])

@@ -125,12 +125,16 @@ def hub_kernels(model: Any) -> list[str]:
     kernelizes the model again whenever it is set to train or to eval), and the submodules whose forward a
     hub kernel already replaced (``kernels`` marks each with ``_kernel_repo``). Empty for a model without
     them."""
-    found = []
-    switched = [path or "model" for path, module in model.named_modules()  # a wrapper's transformers model too
-                if has_hub_kernels_switch(type(module)) and getattr(module, "use_kernels", False) is True]
+    found: list[str] = []
+    switched: list[str] = []
+    replaced: list[str] = []
+    for path, module in model.named_modules():  # one walk; a wrapper's transformers model too
+        if has_hub_kernels_switch(type(module)) and getattr(module, "use_kernels", False) is True:
+            switched.append(path or "model")
+        if "_kernel_repo" in vars(module):
+            replaced.append(path or "model")
     if switched:
         found.append("use_kernels=True" + ("" if switched == ["model"] else f" on {', '.join(switched[:3])}"))
-    replaced = [path or "model" for path, module in model.named_modules() if "_kernel_repo" in vars(module)]
     if replaced:
         found.append(f"a hub kernel's forward already on {len(replaced)} module(s): {', '.join(replaced[:4])}"
                      + (" ..." if len(replaced) > 4 else ""))

@@ -83,14 +83,32 @@ def give_back_cuda_cache() -> None:
     """Return the blocks this process freed but PyTorch's allocator still holds to the card (after a
     collection, for models caught in reference cycles); nothing where CUDA was never initialized. After
     ``ligerkit smoke``'s gradient check at the Qwen3-0.6B shape its process held 56.5 GiB of an 80 GB card,
-    and the first arm's process ran out of memory beside it."""
+    and the first arm's process ran out of memory beside it.
+
+    cuBLAS's workspaces go too (made again at the next matrix product): the allocator hands one out per
+    thread and stream at its first product there, cut from whatever block is free then. One made in a
+    large backward's freed memory (the backward runs on its own thread) keeps that block's whole segment
+    from the card, however much of it is free."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return
     import gc
 
     gc.collect()
+    clear_cublas_workspaces()
     torch.cuda.empty_cache()
+
+
+def clear_cublas_workspaces() -> None:
+    """Wait for the card, then give cuBLAS's workspaces (every thread's and stream's) back to PyTorch's
+    allocator; each is made again at the next matrix product there. Needs CUDA initialized; nothing on a
+    build without CUDA."""
+    import torch
+
+    torch.cuda.synchronize()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # CUDA builds only
+    if clear is not None:
+        clear()
 
 
 def summarize(run: dict[str, Any], warmup: int) -> dict[str, Any]:
