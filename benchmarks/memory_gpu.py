@@ -121,8 +121,7 @@ def main() -> None:
         engine.liger_kit.revert()
     print(json.dumps({"config": args.config, "overrides": args.overrides,
                       "first_step_tokens": first_step.config.data.seq_len, "workspace_gib": workspace,
-                      "weights_gib": weights,
-                      "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
+                      "weights_gib": weights, "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
                       "host_offloaded_gib": ((engine.offload.bytes_offloaded - offloaded) / GIB
                                              if engine.offload is not None else 0.0),

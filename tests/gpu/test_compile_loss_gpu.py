@@ -20,8 +20,9 @@ loss by 9.8e-3 from the first step on, where custom_lm's two compiled arms were 
 over 20 steps once it was fixed.
 
 They run three at a time on a 141 GB GPU, one at a time on a smaller one (loss values do not depend on
-what else the GPU runs; three is what was measured to fit on the H200), at ``train.micro_batch_size=2``: the same global batch in more micro-batches
-(qwen3 then also runs two per step, the case where compiling inline overwrote norm weights).
+what else the GPU runs; three is what was measured to fit on the H200), at ``train.micro_batch_size=2``:
+the same global batch in more micro-batches (qwen3 then also runs two per step, the case where compiling
+inline overwrote norm weights).
 A family whose Liger helper fails on the installed versions takes ligerkit's proven map (``RECIPE_SETS``).
 ``LIGERKIT_RESULTS_DIR`` set: each recipe's losses and distances are written there.
 """

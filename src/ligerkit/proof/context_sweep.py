@@ -252,7 +252,8 @@ def recommendation(result: dict[str, Any], reference: str = "eager",
 
 
 BREAKDOWN_ROWS: tuple[tuple[str, str], ...] = (
-    ("workspace_gib", "cuBLAS workspaces"), ("weights_gib", "weights"), ("optimizer_states_gib", "AdamW states"), ("grads_gib", "gradients held"),
+    ("workspace_gib", "cuBLAS workspaces"), ("weights_gib", "weights"), ("optimizer_states_gib", "AdamW states"),
+    ("grads_gib", "gradients held"),
     ("saved_by_forward_gib", "kept by the forward (allocator)"), ("host_offloaded_gib", "in host memory (offload)"),
     ("offload_kept_on_device_gib", "past the offload budget, on the device"),
     ("micro_batch_peak_gib", "peak of the step"),
