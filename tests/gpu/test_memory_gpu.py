@@ -29,7 +29,7 @@ def measured(*more: str) -> dict:
 def test_a_short_first_step_measures_what_a_full_length_one_does():
     full, short = measured(), measured("--first-step-tokens", "1024")
     assert (full["first_step_tokens"], short["first_step_tokens"]) == (8192, 1024)
-    # cuBLAS's workspaces apart: the first process's set-up checks left one more (64 MiB in its weights row)
+    # cuBLAS's workspaces apart: the first process's set-up left two more (64 MiB in its weights row)
     assert short["workspace_gib"] == full["workspace_gib"] > 0
     assert short["weights_gib"] == full["weights_gib"]
     assert short["optimizer_states_gib"] == pytest.approx(full["optimizer_states_gib"], abs=0.01)
