@@ -4,8 +4,8 @@ Builds the recipe's model through the trainer (kit.apply, build, scan; compiled 
 compiles it when ``train.compile`` asks for it), runs one optimizer step so
 the AdamW states exist (with ``--first-step-tokens N``, on micro-batches of N tokens: the states' size does
 not depend on the length, and at a long one this halves the run), then measures the first micro-batch of
-the second step, at ``data.seq_len``: cuBLAS's workspaces (allocated first, ``workspace_gib``), weights,
-optimizer states,
+the second step, at ``data.seq_len``: cuBLAS's workspaces (given back once the model is built, this thread's
+made again, ``workspace_gib``), weights, optimizer states,
 the gradients held from earlier micro-batches (only when the step has several: with one, they appear
 during the backward, inside the peak), activations saved by the forward (allocated after forward
 minus before), and the peak of forward + backward. Prints one JSON line.
@@ -47,7 +47,8 @@ def library_workspaces(device: torch.device) -> tuple[float, float]:
     """What is allocated without cuBLAS's workspaces, then those of this thread's stream (GiB).
 
     PyTorch's allocator hands cuBLAS a workspace per handle (one a thread) and stream at its first matrix
-    product there; the set-up's in-place checks (run when the kit's verdict cache is cold) leave theirs.
+    product there; whatever ran one in the set-up (the kit's in-place checks, when its verdict cache is
+    cold) leaves theirs.
     They are given back, then made again by small products in the step's dtypes, so they are counted apart
     from the weights, the same whatever ran before (the backward's thread makes its own in the first step,
     among the optimizer states)."""
@@ -121,7 +122,8 @@ def main() -> None:
         engine.liger_kit.revert()
     print(json.dumps({"config": args.config, "overrides": args.overrides,
                       "first_step_tokens": first_step.config.data.seq_len, "workspace_gib": workspace,
-                      "weights_gib": weights, "optimizer_states_gib": states, "grads_held": held, "grads_gib": grads, "saved_by_forward_gib": saved,
+                      "weights_gib": weights, "optimizer_states_gib": states, "grads_held": held,
+                      "grads_gib": grads, "saved_by_forward_gib": saved,
                       "forward_transient_peak_gib": forward_peak, "micro_batch_peak_gib": peak,
                       "host_offloaded_gib": ((engine.offload.bytes_offloaded - offloaded) / GIB
                                              if engine.offload is not None else 0.0),
