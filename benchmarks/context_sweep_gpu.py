@@ -23,7 +23,10 @@ length the search skipped (first, within the same limits), and a fit there raise
 Each trial records its setting (``ligerkit.proof.record_setting.sweep_setting``: the config with the ``--set``
 lines, ``--steps``, the card, the stack's versions, ``PYTORCH_CUDA_ALLOC_CONF``); a run whose setting differs
 from the record's refuses to add to it, before its first trial, naming what differs (search options such as
-``--start``, ``--precision``, ``--probe`` and the arms may change between runs).
+``--start``, ``--precision``, ``--probe`` and the arms may change between runs). The summary
+(``OUT.summary.json``, and the table printed) has a row for every arm in the record: this run's arms first
+(``searched``; ``complete`` says whether their searches finished), then those only earlier runs searched, as
+the record has them.
 
 With ``--grads LENGTH``, every arm's step-1 gradients are checked first at that (shorter) length against
 a float32 run, judged against the reference arm's (an arm that fails is left out of the recommendation);
@@ -284,13 +287,16 @@ def main() -> None:
     wanted = {reference, *arms}
     checks, entry = None, None
 
+    # the summary keeps the record's other arms (searched by earlier runs) after this run's
+    shown = [*arms, *(a for a in dict.fromkeys(t.arm for t in trials) if a not in wanted)]
+
     def covers(kept: dict) -> bool:  # a check of this run's reference and every one of its arms
         return kept.get("reference") == reference and wanted <= set(kept["arms"])
 
     def said(kept: dict) -> dict:
-        """The run's arms' checks in ``kept`` (one check), each printed."""
+        """The checks in ``kept`` (one check) of the summary's arms, each printed."""
         found = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in kept["arms"].items()
-                 if arm in wanted}
+                 if arm == reference or arm in shown}
         for arm, check in found.items():
             print(f"{'kept: ' if args.grads is None else ''}step-1 gradients at {kept['seq_len']:,} tokens, {arm}: "
                   f"{'PASS' if check.passed else 'FAIL'} ({check.reason}; worst {check.max_error:.3g})", flush=True)
@@ -433,10 +439,10 @@ def main() -> None:
         entry = next((e for e in reversed(entries) if covers(e) and (
             e.get("setting") is None or not setting_conflict([t.setting for t in trials], e["setting"]))), None)
         checks = said(entry) if entry is not None else None
-    result = summary(trials, arms, reference)
+    result = summary(trials, shown, reference)
     advice = recommendation(result, reference, checks)
     write_json(out.with_suffix(".summary.json"), {
-        "complete": done, "next_trial": waiting or None, "reference": reference, "arms": result,
+        "complete": done, "searched": arms, "next_trial": waiting or None, "reference": reference, "arms": result,
         "settings": recorded_settings(trials),
         "recommendation": advice,
         "gradients": None if checks is None else {"seq_len": entry["seq_len"],

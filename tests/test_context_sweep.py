@@ -319,6 +319,32 @@ def test_the_sweep_skips_a_length_no_command_could_measure_and_keeps_it_out_of_i
     assert row["longest_fit"] == max(ran) and row["miss_reason"].startswith("too slow to measure")
 
 
+def test_a_run_naming_fewer_arms_keeps_the_records_other_arms_in_its_summary(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    script = sweep_script("context_sweep_gpu_fewer_arms")
+    timed_trials(script, monkeypatch, fits=lambda length: length <= 8192)
+    out = tmp_path / "sweep.jsonl"
+
+    def run(arms: str, limit: int = 65536) -> dict:
+        monkeypatch.setattr(sys, "argv", ["context_sweep_gpu.py", "--out", str(out), "--arms", arms, "--start", "4096",
+                                          "--limit", str(limit), "--precision", "0.3"])
+        script.main()
+        return json.loads(out.with_suffix(".summary.json").read_text())
+
+    everything = run("eager,liger_fused,liger_fused+ckpt")
+    capsys.readouterr()
+    later = run("liger_fused,eager", limit=4096)  # two arms, a shorter limit: nothing new runs for them
+    assert later["searched"] == ["liger_fused", "eager"]
+    assert list(later["arms"]) == ["liger_fused", "eager", "liger_fused+ckpt"]
+    kept, earlier = later["arms"]["liger_fused+ckpt"], everything["arms"]["liger_fused+ckpt"]
+    assert {k: v for k, v in kept.items() if k != "vs_liger_fused"} == \
+        {k: v for k, v in earlier.items() if k != "vs_eager"}  # the reference is this run's first arm
+    assert kept["longest_fit"] == 8192 and kept["shortest_miss"] == 9728
+    assert "| liger_fused+ckpt | 8192 |" in capsys.readouterr().out
+
+
 def test_a_trial_limit_above_the_deadline_stops_the_run_instead_of_calling_the_length_too_slow(monkeypatch, tmp_path,
                                                                                                  capsys):
     import json
@@ -726,8 +752,8 @@ def test_every_gradient_check_is_kept_by_length_and_arms_and_one_covering_the_ru
     run("eager,liger_fused", 2048)  # another length: measured and added, the first check kept as it was
     kept = json.loads(grads.read_text())["checks"]
     assert len(calls) == 2 and kept[0] == first[0] and [c["seq_len"] for c in kept] == [1024, 2048]
-    said = run("eager", 1024)  # arms a kept check covers: reused, and only the run's arms are reported
-    assert len(calls) == 2 and said == {"seq_len": 1024, "arms": {"eager": kept[0]["arms"]["eager"]}}
+    said = run("eager", 1024)  # arms a kept check covers: reused, with the record's other arm the check has
+    assert len(calls) == 2 and said == {"seq_len": 1024, "arms": kept[0]["arms"]}
     run("eager,liger_fused+ckpt", 1024)  # an arm no check at this length has: a new check beside the others
     assert len(calls) == 3 and len(json.loads(grads.read_text())["checks"]) == 3
 
