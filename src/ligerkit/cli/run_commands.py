@@ -128,8 +128,8 @@ def smoke(
 ) -> None:
     """Prove Liger on a recipe: step-1 gradients per parameter, then the loss curve, Liger off vs on.
 
-    First, in this process: the recipe's model with Liger off in float32 (the truth), off in the
-    training dtype, and on; every parameter tensor's relative gradient error against float32 must
+    First, in a process of its own (so the arms get the card whole): the recipe's model with Liger off in
+    float32 (the truth), off in the training dtype, and on; every parameter tensor's relative gradient error against float32 must
     stay within GRAD_FACTOR x eager's + GRAD_SLACK (the kit is reverted after). Then each arm trains in
     its own process from the same seed and data: per-step loss and grad norm within a dtype
     tolerance. Exit 1 when either fails; exit 4 when everything compared passes but some trainable
@@ -141,7 +141,7 @@ def smoke(
     from ligerkit.proof import arm_runs, smoke
     from ligerkit.proof.bench_options import check_run_options
     from ligerkit.proof.grads import exit_code
-    from ligerkit.proof.recipe_grads import recipe_grad_parity
+    from ligerkit.proof.grads_apart import recipe_grad_parity_apart
     from ligerkit.train.config import load_recipe_config
     from ligerkit.probe.tolerance import GradTolerance
 
@@ -155,7 +155,8 @@ def smoke(
 
         overrides = list(set_ or [])
         result = smoke.smoke(config, steps, overrides, arm_runs.default_runner(), nproc,
-                              gradients=lambda: recipe_grad_parity(config, overrides, torch.device("cuda"), grad_tolerance))
+                              gradients=lambda: recipe_grad_parity_apart(config, overrides, torch.device("cuda"),
+                                                                         grad_tolerance))
         files = smoke.write_outputs(result, Path(out_dir))
         if as_json:
             emit_json(result.to_dict())

@@ -89,8 +89,8 @@ class SmokeResult:
 
 def smoke(config: Path, steps: int, overrides: list[str], runner: Runner, nproc: int = 1,
           gradients: Callable[[], GradParity] | None = None) -> SmokeResult:
-    """Run both arms through ``runner`` and compare them; ``gradients()`` (run first, in this
-    process) gives the step-1 gradient parity."""
+    """Run both arms through ``runner`` and compare them; ``gradients()`` (run first; the CLI's runs the
+    check in a process of its own, ``grads_apart``) gives the step-1 gradient parity."""
     recipe = load_recipe_config(config, overrides)
     dtype = training_dtype(recipe.model.dtype)
     loss_tol, gn_tol = TOLERANCES[dtype]
