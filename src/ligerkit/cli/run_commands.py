@@ -128,13 +128,12 @@ def smoke(
 ) -> None:
     """Prove Liger on a recipe: step-1 gradients per parameter, then the loss curve, Liger off vs on.
 
-    First, in a process of its own (so the arms get the card whole): the recipe's model with Liger off in
-    float32 (the truth), off in the training dtype, and on; every parameter tensor's relative gradient error against float32 must
-    stay within GRAD_FACTOR x eager's + GRAD_SLACK (the kit is reverted after). Then each arm trains in
-    its own process from the same seed and data: per-step loss and grad norm within a dtype
-    tolerance. Exit 1 when either fails; exit 4 when everything compared passes but some trainable
-    parameter got no gradient from the sample (PARTIAL: the verdict names them); exit 3 (with a
-    message) on a machine without a GPU.
+    First, in a process of its own: the recipe's model with Liger off in float32 (the truth), off in the
+    training dtype, and on; every parameter tensor's relative gradient error against float32 must stay
+    within GRAD_FACTOR x eager's + GRAD_SLACK. Then each arm trains in its own process from the same seed
+    and data: per-step loss and grad norm within a dtype tolerance. Exit 1 when either fails; exit 4 when
+    everything compared passes but some trainable parameter got no gradient from the sample (PARTIAL: the
+    verdict names them); exit 3 (with a message) on a machine without a GPU.
     """
     from pathlib import Path
 
