@@ -39,11 +39,11 @@ def recipe_grad_parity_apart(config: str | Path, overrides: list[str], device: t
                              tolerance: GradTolerance | None = None,
                              patched_overrides: tuple[str, ...] = LIGER_ON) -> GradParity:
     """:func:`ligerkit.proof.recipe_grads.recipe_grad_parity` with the same arguments, run in a fresh Python
-    process; returns its result, equal field for field. Raises what the check raised (a ligerkit error as
+    process with this one's CPU threads; returns its result, equal field for field. Raises what the check raised (a ligerkit error as
     its own class), or :class:`LigerKitError` when the process failed otherwise."""
     request = {"config": str(config), "overrides": list(overrides), "device": str(device),
                "tolerance": None if tolerance is None else asdict(tolerance),
-               "patched_overrides": list(patched_overrides)}
+               "patched_overrides": list(patched_overrides), "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory(prefix="ligerkit-grads-") as folder:
         asked, answer = Path(folder, "request.json"), Path(folder, "answer.json")
         asked.write_text(json.dumps(request))
@@ -97,6 +97,7 @@ def main(argv: list[str]) -> int:
     asked, answer = Path(argv[0]), Path(argv[1])
     request = json.loads(asked.read_text())
     tolerance = None if request["tolerance"] is None else GradTolerance(**request["tolerance"])
+    torch.set_num_threads(request["threads"])  # the asking process's CPU threads: its sums, in its order
     try:
         parity = recipe_grad_parity(request["config"], request["overrides"], torch.device(request["device"]),
                                     tolerance, tuple(request["patched_overrides"]))
