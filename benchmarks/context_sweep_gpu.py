@@ -296,7 +296,7 @@ def main() -> None:
     def said(kept: dict) -> dict:
         """The checks in ``kept`` (one check) of the summary's arms, each printed."""
         found = {arm: GradCheck(**{**c, "failures": tuple(c["failures"])}) for arm, c in kept["arms"].items()
-                 if arm == reference or arm in shown}
+                 if arm in shown}  # the reference is one of the run's arms
         for arm, check in found.items():
             print(f"{'kept: ' if args.grads is None else ''}step-1 gradients at {kept['seq_len']:,} tokens, {arm}: "
                   f"{'PASS' if check.passed else 'FAIL'} ({check.reason}; worst {check.max_error:.3g})", flush=True)

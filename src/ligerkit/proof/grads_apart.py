@@ -30,7 +30,7 @@ from ligerkit import errors
 from ligerkit.errors import LigerKitError
 from ligerkit.probe.tolerance import GradTolerance
 from ligerkit.proof.grads import Coverage, GradParity, TensorError
-from ligerkit.proof.recipe_grads import LIGER_ON
+from ligerkit.proof.recipe_grads import LIGER_ON, recipe_grad_parity
 from ligerkit.proof.routes import Routing
 from ligerkit.whole_files import write_whole
 
@@ -39,8 +39,8 @@ def recipe_grad_parity_apart(config: str | Path, overrides: list[str], device: t
                              tolerance: GradTolerance | None = None,
                              patched_overrides: tuple[str, ...] = LIGER_ON) -> GradParity:
     """:func:`ligerkit.proof.recipe_grads.recipe_grad_parity` with the same arguments, run in a fresh Python
-    process with this one's CPU threads; returns its result, equal field for field. Raises what the check raised (a ligerkit error as
-    its own class), or :class:`LigerKitError` when the process failed otherwise."""
+    process with this one's CPU threads; returns its result, equal field for field. Raises what the check
+    raised (a ligerkit error as its own class), or :class:`LigerKitError` when the process failed otherwise."""
     request = {"config": str(config), "overrides": list(overrides), "device": str(device),
                "tolerance": None if tolerance is None else asdict(tolerance),
                "patched_overrides": list(patched_overrides), "threads": torch.get_num_threads()}
@@ -92,8 +92,6 @@ def _error(said: dict[str, Any], tail: str) -> LigerKitError:
 
 def main(argv: list[str]) -> int:
     """The check's process: read the request, run the check, write the answer (the result or the error)."""
-    from ligerkit.proof.recipe_grads import recipe_grad_parity
-
     asked, answer = Path(argv[0]), Path(argv[1])
     request = json.loads(asked.read_text())
     tolerance = None if request["tolerance"] is None else GradTolerance(**request["tolerance"])
